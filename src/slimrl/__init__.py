@@ -1,0 +1,27 @@
+"""slimrl: memory-lean RL fine-tuning on top of Hugging Face TRL's own trainers.
+
+    from slimrl import FastLanguageModel, PatchFastRL
+    PatchFastRL("grpo", FastLanguageModel)
+
+Importing slimrl does not import TRL: PatchFastRL imports it when it patches, so the order in which a script imports
+`trl` and `slimrl` does not matter.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["FastLanguageModel", "PatchFastRL", "unpatch", "is_patched", "PatchError", "__version__"]
+
+
+def __getattr__(name):
+    # Lazy: `import slimrl` stays cheap and never imports trl before the user's script does
+    if name == "FastLanguageModel":
+        from .models.fast_language_model import FastLanguageModel
+
+        return FastLanguageModel
+    if name in ("PatchFastRL", "unpatch", "is_patched", "PatchError"):
+        from .patches import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'slimrl' has no attribute {name!r}")

@@ -1,0 +1,183 @@
+"""Overrides shared by the online RL trainers (GRPO, RLOO): each builder takes TRL's original and returns a wrapper.
+
+What they add, and nothing else:
+- config `__init__`: the extra field `slimrl_num_chunks` (alias `unsloth_num_chunks`): -1 = automatic tiling of the
+  log-prob head; N >= 1 = the scored tokens are split into N chunks (more chunks, less memory, same numbers).
+- config `__post_init__`: precision flags resolved where TRL's default cannot run (see precision.py) and the
+  config checks of validation.py, run before TRL's own so the clearer message wins.
+- trainer `__init__`: model-dependent checks before TRL builds anything heavy; afterwards the chunking knob and the
+  model's checkpointing mode ("offload" included) are applied to the policy TRL ended up with.
+- `_generate_single_turn`: FastLanguageModel.for_inference / for_training around every rollout, and the
+  max_seq_length check on the actual prompts.
+- `training_step`: the step's peak memory (CUDA max allocated, or peak RSS on CPU) as the `peak_memory_gb` metric.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import warnings
+
+from ..memory import gib, peak_memory_bytes, reset_peak_memory
+from . import precision, validation
+
+logger = logging.getLogger("slimrl")
+
+NUM_CHUNKS_ATTR = "_slimrl_num_chunks"  # read by slimrl.ops.logprob at call time
+AUTO_CHUNKS = -1
+
+
+def _num_chunks(slimrl_num_chunks, unsloth_num_chunks) -> int:
+    if slimrl_num_chunks is not None and unsloth_num_chunks is not None and slimrl_num_chunks != unsloth_num_chunks:
+        raise ValueError(
+            f"slimrl_num_chunks={slimrl_num_chunks} and its alias unsloth_num_chunks={unsloth_num_chunks} disagree: "
+            "set one of them."
+        )
+    value = slimrl_num_chunks if slimrl_num_chunks is not None else unsloth_num_chunks
+    value = AUTO_CHUNKS if value is None else value
+    if not isinstance(value, int) or isinstance(value, bool) or not (value == AUTO_CHUNKS or value >= 1):
+        raise ValueError(f"slimrl_num_chunks must be -1 (automatic) or an integer >= 1, got {value!r}.")
+    return value
+
+
+def make_config_init(original):
+    @functools.wraps(original)
+    def __init__(self, *args, slimrl_num_chunks=None, unsloth_num_chunks=None, **kwargs):
+        # Set before the dataclass __init__ so __post_init__ (and TRL's checks) can see them
+        self.slimrl_num_chunks = _num_chunks(slimrl_num_chunks, unsloth_num_chunks)
+        self._slimrl_user_fields = frozenset(kwargs)
+        original(self, *args, **kwargs)
+
+    return __init__
+
+
+def make_config_post_init(original):
+    @functools.wraps(original)
+    def __post_init__(self):
+        if not hasattr(self, "slimrl_num_chunks"):  # built through dataclasses.replace or a parser
+            self.slimrl_num_chunks = AUTO_CHUNKS
+        precision.resolve_config_precision(self)
+        validation.check_config(self)
+        original(self)
+
+    return __post_init__
+
+
+def _unwrap_base(model):
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _is_model(obj) -> bool:
+    return hasattr(obj, "parameters") and hasattr(obj, "config")
+
+
+def _reconcile_checkpointing(model, args) -> None:
+    """The model's checkpointing mode (set by FastLanguageModel.get_peft_model) against the config's flag."""
+    mode = getattr(model, "_slimrl_checkpointing", None)
+    if mode is None:
+        return
+    user_set = "gradient_checkpointing" in getattr(args, "_slimrl_user_fields", ())
+    if mode is False and args.gradient_checkpointing:
+        if user_set:
+            warnings.warn(
+                "gradient_checkpointing=True in the config overrides use_gradient_checkpointing=False given to "
+                "FastLanguageModel.get_peft_model.",
+                UserWarning,
+                stacklevel=4,
+            )
+        else:  # TRL's default, not a user choice: the model's explicit setting wins
+            args.gradient_checkpointing = False
+            logger.info("slimrl: gradient_checkpointing=False, as the model was prepared without checkpointing")
+    elif mode and not args.gradient_checkpointing:
+        warnings.warn(
+            f"gradient_checkpointing=False in the config overrides use_gradient_checkpointing={mode!r} given to "
+            "FastLanguageModel.get_peft_model: activations are kept.",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
+def _apply_checkpointing(model, args) -> None:
+    mode = getattr(model, "_slimrl_checkpointing", None)
+    if mode is None:
+        return
+    from ..models.checkpointing import apply_checkpointing
+
+    apply_checkpointing(model, mode if args.gradient_checkpointing else False)
+
+
+def make_trainer_init(original):
+    @functools.wraps(original)
+    def __init__(self, model, *args, **kwargs):
+        trainer_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if trainer_args is not None and _is_model(model):
+            precision.resolve_trainer_precision(trainer_args, model)
+            train_dataset = kwargs.get("train_dataset", args[2] if len(args) > 2 else None)
+            processing_class = kwargs.get("processing_class", args[4] if len(args) > 4 else None)
+            validation.check_max_seq_length(model, trainer_args, train_dataset, processing_class)
+            _reconcile_checkpointing(model, trainer_args)
+        original(self, model, *args, **kwargs)
+        chunks = getattr(self.args, "slimrl_num_chunks", AUTO_CHUNKS)
+        for m in (self.model, getattr(self, "ref_model", None)):
+            if m is not None:
+                setattr(_unwrap_base(m), NUM_CHUNKS_ATTR, chunks)
+        _apply_checkpointing(self.model, self.args)
+
+    return __init__
+
+
+def make_generate_single_turn(original):
+    @functools.wraps(original)
+    def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+        from ..models.fast_language_model import FastLanguageModel
+
+        model = self.accelerator.unwrap_model(self.model)
+        validation.check_rollout_lengths(model, prompt_ids, self.max_completion_length)
+        was_training = model.training
+        FastLanguageModel.for_inference(model)
+        try:
+            return original(self, prompt_ids, *args, **kwargs)
+        finally:
+            if was_training:
+                FastLanguageModel.for_training(model)
+
+    return _generate_single_turn
+
+
+def make_training_step(original):
+    @functools.wraps(original)
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        device = self.accelerator.device
+        reset_peak_memory(device)
+        output = original(self, model, inputs, num_items_in_batch)
+        self._metrics["train"]["peak_memory_gb"].append(round(gib(peak_memory_bytes(device)), 4))
+        return output
+
+    return training_step
+
+
+def fused_head_symbol(_original):
+    from ..ops.logprob import add_fused_lm_head
+
+    return add_fused_lm_head
+
+
+def rl_trainer_patches(algorithm: str, module: str, trainer: str, config_module: str, config: str):
+    """The patch list shared by GRPO and RLOO (their seams have the same names and shapes)."""
+    from .registry import Patch
+
+    trainer_path, config_path = f"{module}.{trainer}", f"{config_module}.{config}"
+    return [
+        Patch(algorithm, module, "add_fused_lm_head", ("model", "temperature", "cast_lm_head_to_fp32", "outputs"),
+              fused_head_symbol, "completion-only, bounded-tile log-prob head"),
+        Patch(algorithm, config_path, "__init__", ("self", "output_dir"), make_config_init,
+              "accept slimrl_num_chunks / unsloth_num_chunks"),
+        Patch(algorithm, config_path, "__post_init__", ("self",), make_config_post_init,
+              "precision resolution and config checks"),
+        Patch(algorithm, trainer_path, "__init__", ("self", "model", "reward_funcs", "args", "train_dataset",
+              "eval_dataset", "processing_class"), make_trainer_init, "model checks, chunking, checkpointing mode"),
+        Patch(algorithm, trainer_path, "_generate_single_turn", ("self", "prompt_ids"), make_generate_single_turn,
+              "inference/training mode around rollouts"),
+        Patch(algorithm, trainer_path, "training_step", ("self", "model", "inputs", "num_items_in_batch"),
+              make_training_step, "peak memory metric"),
+    ]

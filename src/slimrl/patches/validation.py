@@ -1,0 +1,136 @@
+"""Checks run when an RL config or trainer is built, before any heavy work. Errors name the field and a fix.
+
+Config time: learning rate, sampling temperature, batch geometry (the generation batch must hold whole groups of
+`num_generations` completions). Trainer time: the model's `max_seq_length` against the completion length and the
+dataset's longest prompt. Rollout time: each prompt batch against `max_seq_length` (for streamed datasets).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+logger = logging.getLogger("slimrl")
+
+LR_WARN_RANGE = (1e-7, 1e-2)
+
+
+def check_learning_rate(lr: float) -> None:
+    if lr <= 0 or lr > 1:
+        raise ValueError(f"learning_rate={lr} is not a usable learning rate: it must be in (0, 1].")
+    low, high = LR_WARN_RANGE
+    if not low <= lr <= high:
+        warnings.warn(
+            f"learning_rate={lr} is outside [{low:g}, {high:g}], where RL fine-tuning usually works "
+            "(LoRA: 1e-5 to 2e-4; full fine-tuning: 1e-7 to 1e-5).",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
+def check_temperature(temperature: float) -> None:
+    if temperature is None or temperature <= 0:
+        raise ValueError(
+            f"temperature={temperature} is not allowed: rollouts sample with temperature > 0 (1.0 is TRL's default; "
+            "use a small value such as 0.1 for near-greedy sampling)."
+        )
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(2, n + 1) if n % d == 0]
+
+
+def check_batch_geometry(args, world_size: int | None = None) -> None:
+    """(per_device_train_batch_size × steps_per_generation × world size) must be a multiple of num_generations.
+
+    steps_per_generation defaults to gradient_accumulation_steps, so by default this is batch × accumulation × world.
+    """
+    world = world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    g = args.num_generations
+    if g is None:
+        return
+    if g < 2:
+        raise ValueError(f"num_generations={g}: group-relative advantages need at least 2 completions per prompt.")
+    bs, ga = args.per_device_train_batch_size, args.gradient_accumulation_steps
+    if args.generation_batch_size is not None:
+        total, how = args.generation_batch_size, f"generation_batch_size={args.generation_batch_size}"
+    else:
+        spg = args.steps_per_generation or ga
+        total = bs * spg * world
+        how = (
+            f"per_device_train_batch_size ({bs}) × "
+            + (f"steps_per_generation ({spg})" if args.steps_per_generation else f"gradient_accumulation_steps ({ga})")
+            + f" × world size ({world}) = {total}"
+        )
+    if total % g == 0:
+        return
+    per_step = max(1, total // bs)  # what multiplies per_device_train_batch_size
+    good_bs = [b for b in range(1, 4 * max(bs, g) + 1) if (b * per_step) % g == 0][:4]
+    good_g = _divisors(total)
+    raise ValueError(
+        f"{how} is not divisible by num_generations ({g}): every prompt's {g} completions must land in the same "
+        f"generation batch. Values that work: per_device_train_batch_size in {good_bs} (keeping the rest), or "
+        f"num_generations in {good_g}, or a gradient_accumulation_steps that makes the product a multiple of {g}."
+    )
+
+
+def check_config(args) -> None:
+    check_learning_rate(args.learning_rate)
+    check_temperature(args.temperature)
+    check_batch_geometry(args)
+
+
+def _prompt_lengths(dataset, tokenizer, limit: int) -> list[int]:
+    from trl.data_utils import apply_chat_template, is_conversational
+
+    rows = dataset.select(range(min(len(dataset), limit))) if limit else dataset
+    texts = []
+    for example in rows:
+        if is_conversational({"prompt": example["prompt"]}):
+            texts.append(apply_chat_template({"prompt": example["prompt"]}, tokenizer)["prompt"])
+        else:
+            texts.append(example["prompt"])
+    tok = getattr(tokenizer, "tokenizer", tokenizer)  # processors wrap their tokenizer
+    enc = tok(texts, add_special_tokens=False)["input_ids"]
+    return [len(ids) for ids in enc]
+
+
+def check_max_seq_length(model, args, train_dataset=None, processing_class=None, scan_limit: int = 100_000) -> None:
+    """The model's max_seq_length (set by FastLanguageModel) must hold the longest prompt plus the completion."""
+    max_len = getattr(model, "max_seq_length", None)
+    completion = getattr(args, "max_completion_length", None)
+    if not max_len or not completion:
+        return
+    if completion >= max_len:
+        raise ValueError(
+            f"max_completion_length ({completion}) leaves no room for a prompt within the model's max_seq_length "
+            f"({max_len}). Lower max_completion_length or load the model with a larger max_seq_length."
+        )
+    if train_dataset is None or processing_class is None or not hasattr(train_dataset, "select"):
+        return
+    if "prompt" not in getattr(train_dataset, "column_names", []):
+        return
+    lengths = _prompt_lengths(train_dataset, processing_class, scan_limit)
+    if not lengths:
+        return
+    longest = max(lengths)
+    if longest + completion > max_len:
+        too_long = sum(1 for n in lengths if n + completion > max_len)
+        raise ValueError(
+            f"{too_long} prompt(s) in train_dataset (the longest {longest} tokens) plus max_completion_length "
+            f"({completion}) exceed the model's max_seq_length ({max_len}). Raise max_seq_length in "
+            "FastLanguageModel.from_pretrained, lower max_completion_length, or filter the long prompts."
+        )
+
+
+def check_rollout_lengths(model, prompt_ids, max_completion_length) -> None:
+    max_len = getattr(model, "max_seq_length", None)
+    if not max_len or not prompt_ids or not max_completion_length:
+        return
+    longest = max(len(p) for p in prompt_ids)
+    if longest + max_completion_length > max_len:
+        raise ValueError(
+            f"A prompt of {longest} tokens plus max_completion_length ({max_completion_length}) exceeds the model's "
+            f"max_seq_length ({max_len}). Raise max_seq_length, lower max_completion_length, or shorten the prompts."
+        )

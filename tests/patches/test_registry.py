@@ -1,0 +1,128 @@
+"""PatchFastRL's contract: one registry, checked seams, idempotent, reversible, independent of import order."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import slimrl
+from slimrl.patches import registry
+
+
+def _snapshot():
+    """The objects every registered seam holds right now (own attribute, or the inherited marker)."""
+    snap = {}
+    for algo in registry.supported_algorithms():
+        for p in registry.patches_for(algo):
+            owner = registry._resolve(p.owner)
+            snap[p.seam] = registry._own_attr(owner, p.name)
+    return snap
+
+
+def test_unknown_algorithm_lists_supported():
+    with pytest.raises(ValueError, match=r"Unknown algorithm 'ppo2'.*grpo.*rloo"):
+        slimrl.PatchFastRL("ppo2")
+    assert not slimrl.is_patched()
+
+
+def test_case_insensitive_and_returns_patched():
+    assert slimrl.PatchFastRL("GrPo", slimrl.FastLanguageModel) == ["grpo"]
+    assert slimrl.is_patched("grpo") and not slimrl.is_patched("rloo")
+
+
+def test_idempotent_and_unpatch_restores_exactly():
+    import trl.trainer.grpo_trainer as grpo_mod
+    from trl import GRPOConfig, GRPOTrainer
+
+    before = _snapshot()
+    stock_head = grpo_mod.add_fused_lm_head
+    slimrl.PatchFastRL("grpo")
+    once = _snapshot()
+    slimrl.PatchFastRL("grpo")
+    assert _snapshot() == once, "a second PatchFastRL must not wrap again"
+    assert grpo_mod.add_fused_lm_head is not stock_head
+    assert GRPOTrainer.__dict__["__init__"] is not before["trl.trainer.grpo_trainer.GRPOTrainer.__init__"]
+    assert GRPOConfig.__dict__["__post_init__"].__slimrl_seam__.endswith("GRPOConfig.__post_init__")
+    slimrl.unpatch()
+    assert _snapshot() == before
+    assert grpo_mod.add_fused_lm_head is stock_head
+
+
+def test_unpatch_one_algorithm_keeps_the_other():
+    from trl import GRPOTrainer, RLOOTrainer
+
+    stock_rloo_step = RLOOTrainer.__dict__["training_step"]
+    slimrl.PatchFastRL(None)
+    assert set(registry.supported_algorithms()) <= {a for a in ("grpo", "rloo") if slimrl.is_patched(a)}
+    slimrl.unpatch("rloo")
+    assert RLOOTrainer.__dict__["training_step"] is stock_rloo_step
+    assert hasattr(GRPOTrainer.__dict__["training_step"], "__slimrl_seam__")
+    assert slimrl.is_patched("grpo") and not slimrl.is_patched("rloo")
+
+
+def test_moved_seam_raises_naming_seam_and_version_and_patches_nothing(monkeypatch):
+    import trl
+    from trl import GRPOTrainer
+
+    before = _snapshot()
+    monkeypatch.delattr(GRPOTrainer, "_generate_single_turn")
+    with pytest.raises(slimrl.PatchError) as err:
+        slimrl.PatchFastRL("grpo")
+    assert "GRPOTrainer._generate_single_turn" in str(err.value) and trl.__version__ in str(err.value)
+    monkeypatch.undo()
+    assert _snapshot() == before and not slimrl.is_patched()
+
+
+def test_changed_signature_raises(monkeypatch):
+    from trl import GRPOTrainer
+
+    monkeypatch.setattr(GRPOTrainer, "training_step", lambda self, batch: None)
+    with pytest.raises(slimrl.PatchError, match=r"training_step.*expected parameters"):
+        slimrl.PatchFastRL("grpo")
+    assert not slimrl.is_patched()
+
+
+def test_unsupported_trl_version_names_both(monkeypatch):
+    import trl
+
+    monkeypatch.setattr(trl, "__version__", "2.3.0")
+    with pytest.raises(slimrl.PatchError, match=r"TRL >=1\.16,<2.*TRL 2\.3\.0 is installed"):
+        slimrl.PatchFastRL("grpo")
+
+
+def _run(code: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_import_slimrl_does_not_import_trl():
+    assert _run("import sys, slimrl; print('trl' in sys.modules)").strip() == "False"
+
+
+@pytest.mark.parametrize("trl_first", [True, False])
+def test_import_order(trl_first):
+    code = (
+        """
+        from trl import GRPOTrainer, GRPOConfig
+        from slimrl import PatchFastRL
+        PatchFastRL("grpo")
+        """
+        if trl_first
+        else """
+        from slimrl import PatchFastRL
+        PatchFastRL("grpo")
+        from trl import GRPOTrainer, GRPOConfig
+        """
+    ) + """
+        import trl
+        assert trl.GRPOTrainer is GRPOTrainer
+        assert hasattr(GRPOTrainer.__init__, "__slimrl_seam__")
+        assert GRPOConfig(output_dir="/tmp/slimrl-order", slimrl_num_chunks=2).slimrl_num_chunks == 2
+        print("ok")
+        """
+    assert _run(code).strip().endswith("ok")
