@@ -1,0 +1,7 @@
+"""Models: FastLanguageModel (fast_language_model.py) and its parts.
+
+loading.py (sources, dtype, tokenizer fixes), embedded.py (the bundled SmolLM2-135M and slimrl's cache),
+quantization.py (bitsandbytes NF4 on CPU/CUDA), lora.py (peft LoRA), checkpointing.py (False/True/"offload",
+pinned against TRL), modes.py (for_inference / for_training). Nothing is imported here, so importing a submodule
+stays cheap.
+"""

@@ -72,38 +72,32 @@ def _is_model(obj) -> bool:
 
 
 def _reconcile_checkpointing(model, args) -> None:
-    """The model's checkpointing mode (set by FastLanguageModel.get_peft_model) against the config's flag."""
+    """The model's checkpointing mode (FastLanguageModel.get_peft_model) is the more specific choice and wins over the
+    config's flag; a contradicting flag the user set is warned about, TRL's untouched default is just aligned."""
     mode = getattr(model, "_slimrl_checkpointing", None)
-    if mode is None:
+    if mode is None or bool(mode) == bool(args.gradient_checkpointing):
         return
-    user_set = "gradient_checkpointing" in getattr(args, "_slimrl_user_fields", ())
-    if mode is False and args.gradient_checkpointing:
-        if user_set:
-            warnings.warn(
-                "gradient_checkpointing=True in the config overrides use_gradient_checkpointing=False given to "
-                "FastLanguageModel.get_peft_model.",
-                UserWarning,
-                stacklevel=4,
-            )
-        else:  # TRL's default, not a user choice: the model's explicit setting wins
-            args.gradient_checkpointing = False
-            logger.info("slimrl: gradient_checkpointing=False, as the model was prepared without checkpointing")
-    elif mode and not args.gradient_checkpointing:
+    if "gradient_checkpointing" in getattr(args, "_slimrl_user_fields", ()) or not args.gradient_checkpointing:
         warnings.warn(
-            f"gradient_checkpointing=False in the config overrides use_gradient_checkpointing={mode!r} given to "
-            "FastLanguageModel.get_peft_model: activations are kept.",
+            f"gradient_checkpointing={args.gradient_checkpointing} in the config is overridden by "
+            f"use_gradient_checkpointing={mode!r} given to FastLanguageModel.get_peft_model; change it there.",
             UserWarning,
             stacklevel=4,
         )
+    else:
+        logger.info("slimrl: gradient_checkpointing=%s, as the model was prepared with it", bool(mode))
+    # transformers 5 reads the new name, TRL 1.16 the deprecated alias: keep both in step
+    args.gradient_checkpointing = bool(mode)
+    if hasattr(args, "activation_checkpointing"):
+        args.activation_checkpointing = bool(mode)
 
 
 def _apply_checkpointing(model, args) -> None:
     mode = getattr(model, "_slimrl_checkpointing", None)
-    if mode is None:
-        return
-    from ..models.checkpointing import apply_checkpointing
+    if mode is not None:
+        from ..models.checkpointing import apply_checkpointing
 
-    apply_checkpointing(model, mode if args.gradient_checkpointing else False)
+        apply_checkpointing(model, mode)
 
 
 def make_trainer_init(original):

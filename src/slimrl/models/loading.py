@@ -1,0 +1,205 @@
+"""Loading a causal LM + tokenizer for FastLanguageModel.from_pretrained: source, dtype, 4-bit, tokenizer fixes.
+
+Choices:
+- Sources: the embedded model's short names (see embedded.py), a `.gguf` file (dequantized with
+  `GgufConfig(dequantize=True)`; tokenizer and chat template from the same file), or anything transformers'
+  `from_pretrained` takes (Hub id, local folder; `gguf_file=` passes through and gets `GgufConfig(dequantize=True)`).
+  A local path always wins over a short name.
+- GGUF + `load_in_4bit`: dequantized to a temporary safetensors folder, then quantized to NF4 from there (the
+  GGUF's own quantization is not kept; transformers cannot apply two quantization configs). The temporary folder
+  is deleted after loading.
+- dtype=None (or "auto") picks bfloat16 where the device computes it fast (CUDA with bf16 support; a CPU with AMX
+  or AVX512-BF16, read from /proc/cpuinfo), else float32, and logs which and why.
+- Devices: with CUDA available and no `device_map`, the model goes to GPU 0; a 4-bit load on CPU passes
+  `device_map="cpu"` (bitsandbytes needs it); otherwise transformers' default (CPU) stands.
+- Tokenizer: a missing pad token becomes eos (or unk); a missing chat template becomes ChatML; both are logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+import warnings
+
+import torch
+
+from . import embedded, quantization
+
+logger = logging.getLogger("slimrl")
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+_DTYPE_NAMES = {
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+}
+# from_pretrained keywords that also concern the tokenizer
+_TOKENIZER_KWARGS = ("trust_remote_code", "revision", "token", "cache_dir", "local_files_only", "subfolder")
+# Unsloth keywords that have no meaning here: accepted, warned about, dropped
+_IGNORED_UNSLOTH_KWARGS = (
+    "fix_tokenizer", "use_exact_model_name", "float8_kv_cache", "unsloth_vllm_standby", "disable_log_stats",
+    "random_state", "resize_model_vocab", "load_in_16bit", "fast_inference_kwargs", "qat_scheme",
+)
+
+
+def cpu_bf16_flags(cpuinfo_path: str = "/proc/cpuinfo") -> set[str]:
+    """The bf16-related CPU flags (`amx_bf16`, `avx512_bf16`) present on this machine."""
+    try:
+        with open(cpuinfo_path) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return {"amx_bf16", "avx512_bf16"} & set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def parse_dtype(dtype) -> torch.dtype | None:
+    """torch.dtype, a name ("bfloat16", "bf16", "float32", ...), or None/"auto" (= let slimrl choose)."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str):
+        if dtype.lower() == "auto":
+            return None
+        name = dtype.lower().removeprefix("torch.")
+        if name in _DTYPE_NAMES:
+            return _DTYPE_NAMES[name]
+    raise ValueError(f"dtype must be a torch.dtype, one of {sorted(_DTYPE_NAMES)}, 'auto' or None; got {dtype!r}")
+
+
+def choose_dtype(dtype, device_type: str, cpu_flags: set[str] | None = None) -> tuple[torch.dtype, str]:
+    """(dtype, reason): the user's dtype if given, else bf16 where the device computes it fast, else float32."""
+    parsed = parse_dtype(dtype)
+    if parsed is not None:
+        return parsed, "requested"
+    if device_type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return torch.bfloat16, "CUDA device supports bfloat16"
+        return torch.float32, "CUDA device without bfloat16 support"
+    flags = cpu_bf16_flags() if cpu_flags is None else cpu_flags
+    if flags:
+        return torch.bfloat16, f"CPU has {' and '.join(sorted(flags))}"
+    return torch.float32, "CPU has no AMX/AVX512-BF16, bfloat16 would be emulated (slow)"
+
+
+def _target_device_type(kwargs: dict) -> str:
+    device_map = kwargs.get("device_map")
+    if device_map in ("cpu", torch.device("cpu")) or device_map == {"": "cpu"}:
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def split_kwargs(kwargs: dict) -> tuple[dict, dict]:
+    """(from_pretrained kwargs, slimrl options) after dropping Unsloth-only keywords with a warning."""
+    hf_kwargs, options = dict(kwargs), {}
+    for key in ("use_gradient_checkpointing", "full_finetuning"):
+        if key in hf_kwargs:
+            options[key] = hf_kwargs.pop(key)
+    if hf_kwargs.pop("load_in_8bit", False):
+        raise NotImplementedError("load_in_8bit=True is not supported by slimrl; use load_in_4bit=True or neither.")
+    for key in _IGNORED_UNSLOTH_KWARGS:
+        if key in hf_kwargs:
+            warnings.warn(f"FastLanguageModel.from_pretrained: `{key}` is an Unsloth option with no effect in slimrl; "
+                          "ignored.", stacklevel=4)
+            hf_kwargs.pop(key)
+    return hf_kwargs, options
+
+
+def prepare_tokenizer(tokenizer, model=None):
+    """Give the tokenizer a pad token and a chat template if it lacks them; mirror the pad id onto the model."""
+    if tokenizer.pad_token is None:
+        fallback = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
+        if fallback is None:
+            raise ValueError("The tokenizer has no pad, eos or unk token to pad with; set tokenizer.pad_token.")
+        tokenizer.pad_token = fallback
+        logger.info("Tokenizer had no pad token; using %r", fallback)
+    if getattr(tokenizer, "chat_template", None) is None:
+        tokenizer.chat_template = CHATML_TEMPLATE
+        logger.info("Tokenizer had no chat template; using ChatML")
+    if model is not None:
+        for config in (model.config, getattr(model, "generation_config", None)):
+            if config is not None and getattr(config, "pad_token_id", None) is None:
+                config.pad_token_id = tokenizer.pad_token_id
+    return tokenizer
+
+
+def _from_pretrained(path: str, dtype: torch.dtype, load_in_4bit: bool, device_type: str, hf_kwargs: dict):
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    kwargs = dict(hf_kwargs)
+    kwargs.setdefault("dtype", dtype)
+    if device_type == "cuda":
+        kwargs.setdefault("device_map", {"": 0})
+    if load_in_4bit:
+        kwargs["quantization_config"] = quantization.bnb_4bit_config(dtype)
+        kwargs.setdefault("device_map", "cpu")
+    elif "gguf_file" in kwargs:
+        kwargs.setdefault("quantization_config", GgufConfig(dequantize=True))
+    tokenizer_kwargs = {k: kwargs[k] for k in (*_TOKENIZER_KWARGS, "gguf_file") if k in kwargs}
+    tokenizer = AutoTokenizer.from_pretrained(path, **tokenizer_kwargs)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except (RuntimeError, ImportError, ValueError) as exc:
+        if load_in_4bit and "bitsandbytes" in f"{type(exc).__module__} {exc}".lower():
+            raise quantization.quantization_error(exc, device_type) from exc
+        raise
+    return model, tokenizer
+
+
+def load_model_and_tokenizer(model_name, max_seq_length: int = 2048, dtype=None, load_in_4bit: bool = False,
+                             **kwargs):
+    """Load (model, tokenizer) with slimrl's conventions; returns them plus the slimrl-only options."""
+    hf_kwargs, options = split_kwargs(kwargs)
+    if options.get("full_finetuning") and load_in_4bit:
+        raise ValueError("full_finetuning=True and load_in_4bit=True: a 4-bit base cannot be fully fine-tuned.")
+    device_type = _target_device_type(hf_kwargs)
+    chosen, reason = choose_dtype(dtype, device_type)
+    logger.info("slimrl: loading %s in %s (%s)%s", model_name, str(chosen).removeprefix("torch."), reason,
+                " with 4-bit NF4 weights" if load_in_4bit else "")
+
+    start = time.perf_counter()
+    name = os.fspath(model_name)
+    temp_folder = None
+    try:
+        if embedded.is_embedded_name(name) and not os.path.exists(name):
+            path = embedded.embedded_model_path()
+        elif name.lower().endswith(".gguf"):
+            if not os.path.isfile(name):
+                raise FileNotFoundError(f"GGUF file not found: {name}")
+            if load_in_4bit:
+                logger.info("GGUF + load_in_4bit: dequantizing %s, then quantizing to NF4", name)
+                temp_folder = tempfile.mkdtemp(prefix="slimrl-gguf-")
+                embedded.convert_gguf_to_folder(name, temp_folder)
+                path = temp_folder
+            else:
+                path, hf_kwargs["gguf_file"] = os.path.split(os.path.abspath(name))
+        else:
+            path = name
+        model, tokenizer = _from_pretrained(path, chosen, load_in_4bit, device_type, hf_kwargs)
+    finally:
+        if temp_folder is not None:
+            shutil.rmtree(temp_folder, ignore_errors=True)
+
+    if load_in_4bit and device_type == "cpu":
+        count = quantization.disable_cpu_repacking(model)
+        logger.info("bitsandbytes CPU repack path disabled on %d Linear4bit layers (it drops gradients)", count)
+    prepare_tokenizer(tokenizer, model)
+
+    max_positions = getattr(model.config, "max_position_embeddings", None)
+    if max_positions is not None and max_seq_length > max_positions:
+        logger.warning("max_seq_length=%d exceeds the model's max_position_embeddings=%d; quality beyond %d tokens "
+                       "is not guaranteed", max_seq_length, max_positions, max_positions)
+    model.max_seq_length = max_seq_length
+    model._slimrl_tokenizer = tokenizer
+    model._slimrl_dtype = chosen
+    logger.info("slimrl: loaded in %.2f s", time.perf_counter() - start)
+    return model, tokenizer, options

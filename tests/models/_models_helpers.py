@@ -1,0 +1,15 @@
+"""Helpers for the models tests (a plain module: tests/ has no packages)."""
+
+import torch
+
+
+def batch(vocab_size=512, rows=2, length=12, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, vocab_size, (rows, length), generator=gen)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
+def lora_grads(model, inputs) -> dict:
+    model.zero_grad(set_to_none=True)
+    model(**inputs).loss.backward()
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if "lora_" in n}

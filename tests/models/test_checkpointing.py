@@ -1,0 +1,150 @@
+"""Checkpointing modes: correct LoRA gradients in each mode, and the mode survives Trainer/TRL toggling."""
+
+import copy
+
+import pytest
+import torch
+
+from slimrl.models import checkpointing
+from slimrl.models.checkpointing import offloaded_checkpoint
+
+from _models_helpers import batch, lora_grads
+
+MODES = [False, True, "offload"]
+
+
+def layer_funcs(model):
+    base = checkpointing.base_transformers_model(model)
+    return [(m.gradient_checkpointing, getattr(m._gradient_checkpointing_func, "func", None))
+            for m in base.model.layers]
+
+
+def expect_mode(model, mode):
+    funcs = layer_funcs(model)
+    if mode is False:
+        assert all(on is False for on, _ in funcs)
+    else:
+        expected = offloaded_checkpoint if mode == "offload" else torch.utils.checkpoint.checkpoint
+        assert funcs and all(on is True and func is expected for on, func in funcs), funcs
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_lora_parameter_gets_a_gradient(tiny_peft, mode):
+    model = tiny_peft(mode).train()
+    grads = lora_grads(model, batch())
+    assert len(grads) == 2 * 2 * 7  # A and B, 2 layers, 7 projections
+    zero = [n for n, g in grads.items() if not torch.any(g != 0)]
+    assert not zero, zero
+
+
+def test_gradients_equal_across_modes(tiny_peft):
+    grads = {mode: lora_grads(tiny_peft(mode).train(), batch()) for mode in MODES}
+    for mode in (True, "offload"):
+        for name, g in grads[False].items():
+            torch.testing.assert_close(grads[mode][name], g, atol=1e-6, rtol=0)
+
+
+def test_mode_recorded_and_readable_through_peft(tiny_peft):
+    for mode, alias in ((True, True), ("offload", "offload"), ("offload", "unsloth"), (False, False)):
+        model = tiny_peft(alias)
+        assert model._slimrl_checkpointing == mode
+        assert checkpointing.checkpointing_mode(model) == mode
+        expect_mode(model, mode)
+    with pytest.raises(ValueError, match="use_gradient_checkpointing"):
+        checkpointing.normalize_mode("sometimes")
+
+
+@pytest.mark.parametrize("mode", [True, "offload"])
+def test_mode_survives_trainer_style_enable_and_trl_toggles(tiny_peft, mode):
+    from accelerate import Accelerator
+    from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_generation
+
+    model = tiny_peft(mode)
+    # what Trainer.__init__ does with args.gradient_checkpointing=True
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs=None, every_n_layers=1, offload=False)
+    expect_mode(model, mode)
+    with disable_gradient_checkpointing(model, {"use_reentrant": False}):
+        expect_mode(model, False)
+    expect_mode(model, mode)
+    with unwrap_model_for_generation(model, Accelerator(cpu=True), gradient_checkpointing_kwargs=None) as unwrapped:
+        expect_mode(unwrapped, False)
+    expect_mode(model, mode)
+    model.gradient_checkpointing_disable()
+    model.gradient_checkpointing_enable({"use_reentrant": False})
+    expect_mode(model, mode)
+    # enables never stack input-grad hooks
+    assert len(checkpointing.base_transformers_model(model)._require_grads_hooks) == 1
+
+
+def test_mode_false_stays_off_when_trainer_enables(tiny_peft, caplog):
+    model = tiny_peft(False)
+    with caplog.at_level("WARNING", logger="slimrl"):
+        model.activation_checkpointing_enable(offload=False)
+    expect_mode(model, False)
+    assert "use_gradient_checkpointing=False" in caplog.text
+
+
+def test_real_trainer_init_keeps_offload(tiny_peft, tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    model = tiny_peft("offload")
+    args = TrainingArguments(output_dir=str(tmp_path), gradient_checkpointing=True, use_cpu=True, report_to=[])
+    Trainer(model=model, args=args)
+    expect_mode(model, "offload")
+
+
+def test_offload_hook_sees_the_checkpointed_inputs(tiny_peft):
+    model = tiny_peft("offload").train()
+    stats = checkpointing.base_transformers_model(model)._slimrl_offload_stats
+    lora_grads(model, batch())
+    # each checkpointed layer saves at least its hidden-state input through the hook; on CPU nothing moves
+    assert stats.tensors_seen >= 2
+    assert stats.tensors_moved == 0 and stats.bytes_moved == 0
+    before = stats.tensors_seen
+    checkpointing.apply_checkpointing(model, True)
+    lora_grads(model, batch())
+    assert stats.tensors_seen == before
+
+
+def test_deepcopy_rebinds_the_guard(tiny_peft):
+    model = tiny_peft("offload")
+    clone = copy.deepcopy(model)
+    base, clone_base = (checkpointing.base_transformers_model(m) for m in (model, clone))
+    assert clone_base.gradient_checkpointing_enable.__self__ is clone_base
+    clone_base._slimrl_checkpointing = True
+    clone.gradient_checkpointing_enable()
+    expect_mode(clone, True)
+    expect_mode(model, "offload")
+    assert base._slimrl_checkpointing == "offload"
+
+
+def test_apply_checkpointing_on_plain_model():
+    from slimrl.testing import tiny_llama
+
+    model = tiny_llama(hidden_size=32, num_layers=2)
+    assert checkpointing.checkpointing_mode(model) is None
+    assert checkpointing.apply_checkpointing(model, "offload") is model
+    expect_mode(model, "offload")
+    checkpointing.apply_checkpointing(model, False)
+    expect_mode(model, False)
+
+
+def test_stock_grpo_trainer_keeps_offload_through_rollouts(tiny_model_dir, tmp_path):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from slimrl import FastLanguageModel
+
+    model, tokenizer = FastLanguageModel.from_pretrained(tiny_model_dir, dtype="float32", max_seq_length=128)
+    model = FastLanguageModel.get_peft_model(model, r=4, use_gradient_checkpointing="offload")
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "what is 1 plus 2"}]}] * 8)
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=6, max_steps=2, use_cpu=True, bf16=False, report_to=[],
+                      save_strategy="no", disable_tqdm=True)
+    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
+                          train_dataset=dataset, processing_class=tokenizer)
+    expect_mode(trainer.model, "offload")
+    trainer.train()  # two generate → train cycles through unwrap_model_for_generation
+    expect_mode(trainer.model, "offload")
+    stats = checkpointing.base_transformers_model(trainer.model)._slimrl_offload_stats
+    assert stats.tensors_seen == 2 * 2  # the hidden-state input of 2 layers, in 2 training forwards

@@ -1,0 +1,103 @@
+"""from_pretrained: dtype choice, attributes other modules read, tokenizer fixes, keyword handling, GGUF routing."""
+
+import os
+
+import pytest
+import torch
+
+from slimrl import FastLanguageModel
+from slimrl.models import embedded, loading
+from slimrl.models.loading import choose_dtype, cpu_bf16_flags, parse_dtype, prepare_tokenizer
+from slimrl.testing import tiny_tokenizer
+
+
+def test_choose_dtype():
+    assert choose_dtype(None, "cpu", cpu_flags={"amx_bf16"})[0] is torch.bfloat16
+    assert choose_dtype("auto", "cpu", cpu_flags={"avx512_bf16"})[0] is torch.bfloat16
+    dtype, reason = choose_dtype(None, "cpu", cpu_flags=set())
+    assert dtype is torch.float32 and "AMX" in reason
+    assert choose_dtype("bfloat16", "cpu", cpu_flags=set()) == (torch.bfloat16, "requested")
+    assert choose_dtype(torch.float16, "cpu")[0] is torch.float16
+    assert parse_dtype("torch.float32") is torch.float32 and parse_dtype("bf16") is torch.bfloat16
+    with pytest.raises(ValueError, match="dtype"):
+        parse_dtype("int8")
+
+
+def test_cpu_flags_from_cpuinfo(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor : 0\nflags\t\t: fpu sse avx512f avx512_bf16 amx_tile amx_bf16\n")
+    assert cpu_bf16_flags(str(info)) == {"avx512_bf16", "amx_bf16"}
+    info.write_text("flags : fpu sse avx2\n")
+    assert cpu_bf16_flags(str(info)) == set()
+    assert cpu_bf16_flags(str(tmp_path / "missing")) == set()
+
+
+def test_load_attributes_and_passthrough(tiny_model_dir, caplog):
+    with caplog.at_level("INFO", logger="slimrl"):
+        model, tokenizer = FastLanguageModel.from_pretrained(tiny_model_dir, max_seq_length=96, dtype=None,
+                                                             attn_implementation="eager")
+    expected, _ = choose_dtype(None, "cpu")
+    assert model.dtype == expected and model._slimrl_dtype == expected
+    assert str(expected).removeprefix("torch.") in caplog.text
+    assert model.config._attn_implementation == "eager"
+    assert model.max_seq_length == 96 and getattr(model, "max_seq_length", None) == 96
+    assert model._slimrl_tokenizer is tokenizer
+    assert not hasattr(model, "_slimrl_checkpointing")
+    peft_model = FastLanguageModel.get_peft_model(model, r=4)
+    assert getattr(peft_model, "max_seq_length", None) == 96 and peft_model._slimrl_tokenizer is tokenizer
+
+
+def test_prepare_tokenizer_adds_pad_and_chatml(caplog):
+    tokenizer = tiny_tokenizer()
+    tokenizer.pad_token = None
+    tokenizer.chat_template = None
+    with caplog.at_level("INFO", logger="slimrl"):
+        prepare_tokenizer(tokenizer)
+    assert tokenizer.pad_token == tokenizer.eos_token == "<|im_end|>"
+    assert "pad token" in caplog.text and "ChatML" in caplog.text
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                         add_generation_prompt=True)
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_fast_inference_not_implemented():
+    with pytest.raises(NotImplementedError, match="fast_inference=False"):
+        FastLanguageModel.from_pretrained("anything", fast_inference=True)
+
+
+def test_unsloth_keywords(tiny_model_dir):
+    with pytest.warns(UserWarning, match="fix_tokenizer"):
+        model, _ = FastLanguageModel.from_pretrained(tiny_model_dir, dtype="float32", fix_tokenizer=True,
+                                                     use_gradient_checkpointing="unsloth", full_finetuning=True,
+                                                     token=None)
+    assert model._slimrl_checkpointing == "offload"
+    with pytest.raises(NotImplementedError, match="load_in_8bit"):
+        FastLanguageModel.from_pretrained(tiny_model_dir, load_in_8bit=True)
+    with pytest.raises(ValueError, match="full_finetuning"):
+        FastLanguageModel.from_pretrained(tiny_model_dir, load_in_4bit=True, full_finetuning=True)
+
+
+def test_gguf_routing(tiny_model_dir, tmp_path, monkeypatch):
+    gguf = tmp_path / "model.Q4_0.gguf"
+    gguf.write_bytes(b"GGUF")
+    calls = []
+
+    def fake_from_pretrained(path, dtype, load_in_4bit, device_type, hf_kwargs):
+        calls.append((path, load_in_4bit, dict(hf_kwargs), os.listdir(path)))
+        return real_from_pretrained(tiny_model_dir, dtype, load_in_4bit, device_type, {})
+
+    real_from_pretrained = loading._from_pretrained
+    monkeypatch.setattr(loading, "_from_pretrained", fake_from_pretrained)
+    FastLanguageModel.from_pretrained(str(gguf), dtype="float32")
+    assert calls[-1][0] == str(tmp_path) and calls[-1][2]["gguf_file"] == "model.Q4_0.gguf"
+
+    # GGUF + 4-bit: dequantized to a temporary folder that is loaded, then deleted
+    monkeypatch.setattr(embedded, "convert_gguf_to_folder",
+                        lambda src, out: open(os.path.join(out, "converted-from"), "w").write(src))
+    FastLanguageModel.from_pretrained(str(gguf), dtype="float32", load_in_4bit=True)
+    temp_path, four_bit, kwargs, listing = calls[-1]
+    assert four_bit and "gguf_file" not in kwargs and listing == ["converted-from"]
+    assert not os.path.exists(temp_path)
+
+    with pytest.raises(FileNotFoundError):
+        FastLanguageModel.from_pretrained(str(tmp_path / "missing.gguf"))

@@ -1,0 +1,64 @@
+"""get_peft_model: default targets, reproducible init, RNG left alone, keyword handling."""
+
+import pytest
+import torch
+
+from slimrl import FastLanguageModel
+from slimrl.models.lora import default_target_modules
+from slimrl.testing import tiny_llama
+
+LLAMA_PROJECTIONS = ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]
+
+
+def small():
+    return tiny_llama(hidden_size=32, num_layers=2)
+
+
+def test_default_targets_are_all_projections_not_lm_head():
+    model = small()
+    assert default_target_modules(model) == LLAMA_PROJECTIONS
+    peft_model = FastLanguageModel.get_peft_model(model, r=4)
+    lora_modules = {n for n, _ in peft_model.named_modules() if n.endswith("lora_A")}
+    assert len(lora_modules) == 2 * 7
+    assert not any("lm_head" in n or "embed" in n for n in lora_modules)
+    trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+
+
+def test_random_state_reproducible_and_global_rng_untouched():
+    def adapter(seed):
+        model = small()
+        torch.manual_seed(123)
+        model = FastLanguageModel.get_peft_model(model, r=4, random_state=seed, use_gradient_checkpointing=False)
+        after = torch.rand(1)
+        return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_A" in n}, after
+
+    a, rng_a = adapter(7)
+    b, rng_b = adapter(7)
+    c, _ = adapter(8)
+    torch.manual_seed(123)
+    expected = torch.rand(1)
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    assert any(not torch.equal(a[n], c[n]) for n in a)
+    assert torch.equal(rng_a, expected) and torch.equal(rng_b, expected)
+
+
+def test_max_seq_length_kept_through_peft_and_kwargs():
+    model = small()
+    model.max_seq_length = 256
+    peft_model = FastLanguageModel.get_peft_model(model, r=4, use_rslora=True, modules_to_save=None)
+    assert getattr(peft_model, "max_seq_length", None) == 256
+    assert peft_model.peft_config["default"].use_rslora is True
+    peft_model = FastLanguageModel.get_peft_model(small(), r=4, max_seq_length=64)
+    assert peft_model.max_seq_length == 64
+    with pytest.raises(TypeError, match="not_a_lora_field"):
+        FastLanguageModel.get_peft_model(small(), r=4, not_a_lora_field=1)
+    with pytest.warns(UserWarning, match="temporary_location"):
+        FastLanguageModel.get_peft_model(small(), r=4, temporary_location="/tmp")
+
+
+def test_get_peft_model_twice_returns_same_model():
+    peft_model = FastLanguageModel.get_peft_model(small(), r=4)
+    with pytest.warns(UserWarning, match="already has LoRA"):
+        again = FastLanguageModel.get_peft_model(peft_model, r=8, use_gradient_checkpointing="offload")
+    assert again is peft_model and peft_model._slimrl_checkpointing == "offload"
