@@ -7,7 +7,8 @@ What they add, and nothing else:
   config checks of validation.py, run before TRL's own so the clearer message wins.
 - trainer `__init__`: model-dependent checks before TRL builds anything heavy; afterwards the chunking knob and the
   model's checkpointing mode ("offload" included) are applied to the policy TRL ended up with.
-- `_generate_single_turn`: FastLanguageModel.for_inference / for_training around every rollout, and the
+- `_generate_single_turn`: FastLanguageModel.for_inference / for_training around every rollout (KV cache on,
+  checkpointing off, left padding; the training flag stays as TRL has it, so dropout sampling matches stock), and the
   max_seq_length check on the actual prompts.
 - `training_step`: the step's peak memory (CUDA max allocated, or peak RSS on CPU) as the `peak_memory_gb` metric.
 """
@@ -129,6 +130,10 @@ def make_generate_single_turn(original):
         validation.check_rollout_lengths(model, prompt_ids, self.max_completion_length)
         was_training = model.training
         FastLanguageModel.for_inference(model)
+        if was_training:
+            # Stock TRL samples in train mode: with dropout active, eval-mode rollouts would change the samples
+            # (and the RNG stream after them). Cache on and checkpointing off change no numbers, so they stay.
+            model.train()
         try:
             return original(self, prompt_ids, *args, **kwargs)
         finally:
