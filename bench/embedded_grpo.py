@@ -1,0 +1,70 @@
+"""Run the bare default `slimrl grpo` (embedded SmolLM2-135M, arithmetic task) and report accuracy and wall time.
+
+Usage: python bench/embedded_grpo.py [--threads N] [--output_dir DIR] [-- extra slimrl grpo flags]
+The command runs in a subprocess (exactly what a user types), with OMP/MKL threads pinned (default 1: the machine may
+be shared; use 2 on an idle 2-core box). Prints the reward curve summary from metrics.jsonl and eval.json, and
+writes bench/results/embedded_grpo.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS / MKL_NUM_THREADS for the run")
+    parser.add_argument("--output_dir", default="outputs/bench-embedded-grpo")
+    parser.add_argument("extra", nargs="*", help="extra flags for slimrl grpo (after --)")
+    args = parser.parse_args()
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
+               HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1")
+    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, "-m", "slimrl.cli", "grpo", "--output_dir", args.output_dir, *args.extra]
+    print("$", " ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        print(f"slimrl grpo failed with exit code {proc.returncode} after {wall:.0f} s")
+        return proc.returncode
+    out = os.path.join(ROOT, args.output_dir)
+    with open(os.path.join(out, "eval.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    steps = [r for r in rows if "reward" in r]
+    k = max(1, min(5, len(steps) // 2))
+
+    def mean(key, part):
+        vals = [r[key] for r in part if isinstance(r.get(key), (int, float))]
+        return round(sum(vals) / len(vals), 3) if vals else None
+
+    result = {
+        "command": " ".join(cmd), "threads": args.threads, "wall_seconds": round(wall, 1),
+        "train_seconds": summary.get("train_seconds"), "steps": len(steps),
+        "accuracy_before": summary.get("accuracy_before"), "accuracy_after": summary.get("accuracy_after"),
+        "eval_n": (summary.get("eval_after") or {}).get("n"),
+        "reward_first_steps": mean("reward", steps[:k]), "reward_last_steps": mean("reward", steps[-k:]),
+        "format_first_steps": mean("rewards/format_reward/mean", steps[:k]),
+        "format_last_steps": mean("rewards/format_reward/mean", steps[-k:]),
+        "correct_first_steps": mean("rewards/correctness_reward/mean", steps[:k]),
+        "correct_last_steps": mean("rewards/correctness_reward/mean", steps[-k:]),
+        "kl_last": steps[-1].get("kl") if steps else None, "steps_averaged": k,
+    }
+    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
+    with open(os.path.join(ROOT, "bench", "results", "embedded_grpo.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""TrainerCallbacks for `slimrl grpo`: a one-line tqdm progress bar and a JSONL metrics log.
+
+Choices made: the bar replaces transformers' ProgressCallback (which prints every log dict) and shows reward, KL
+(only when TRL logs it, i.e. beta != 0) and wall seconds per optimizer step. The metrics file gets one JSON object per
+`on_log` call (step, epoch and every logged value), flushed immediately so a killed run still leaves its history.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+from transformers import TrainerCallback
+
+
+def _fmt(value) -> str:
+    return f"{value:.3f}" if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
+
+
+class ProgressBarCallback(TrainerCallback):
+    def __init__(self, desc: str = "GRPO"):
+        self.desc = desc
+        self.bar = None
+        self.last_time = None
+        self.seconds_per_step = None
+        self.postfix: dict[str, str] = {}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=state.max_steps, desc=self.desc, dynamic_ncols=True)
+        self.last_time = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = time.perf_counter()
+        self.seconds_per_step = now - self.last_time
+        self.last_time = now
+        if self.bar is not None:
+            self.postfix["s/step"] = f"{self.seconds_per_step:.1f}"
+            self.bar.set_postfix(self.postfix, refresh=False)
+            self.bar.update(1)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.bar is None or not logs or "reward" not in logs:
+            return
+        self.postfix["reward"] = _fmt(logs.get("reward"))
+        if "kl" in logs:
+            self.postfix["kl"] = _fmt(logs.get("kl"))
+        self.bar.set_postfix(self.postfix)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class JsonlMetricsCallback(TrainerCallback):
+    def __init__(self, path: str):
+        self.path = path
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            open(self.path, "w").close()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        row = {"step": state.global_step, "epoch": state.epoch}
+        row.update({k: v for k, v in logs.items() if isinstance(v, (int, float, str, bool)) or v is None})
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row, allow_nan=True) + "\n")
+
+
+def read_metrics(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,121 @@
+"""`slimrl grpo`: task → model + LoRA → eval before → GRPOTrainer.train → adapter, metrics, plot → eval after.
+
+Choices made:
+- All cheap checks (task/dataset/reward functions) run before the model loads, so a typo fails in seconds.
+- `PatchFastRL("grpo")` is applied before the arguments are parsed: it makes a bare GRPOConfig build on a CPU
+  (bf16/fp16 resolved from the device) and runs TRL on slimrl's memory paths.
+- Outputs in output_dir: the LoRA adapter in PEFT format (+ tokenizer), `metrics.jsonl`, `training_curves.png`,
+  `eval.json` (accuracy before/after), `slimrl_run.json` (base model and task, read by `slimrl generate`).
+- The trainer gets no eval_dataset unless the user turns TRL's evaluation on (`--eval_strategy steps`): the
+  before/after accuracy is slimrl's own greedy evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+logger = logging.getLogger("slimrl")
+
+
+def apply_patches() -> None:
+    # No fallback to stock TRL: a patch that cannot apply raises (PatchError names the seam and the TRL version)
+    from slimrl.models.fast_language_model import FastLanguageModel
+    from slimrl.patches.registry import PatchFastRL
+
+    PatchFastRL("grpo", FastLanguageModel)
+
+
+def build_task(task_args, seed: int):
+    from slimrl.tasks import get_builtin_task
+    from slimrl.tasks.custom import dataset_task
+
+    if task_args.dataset_name:
+        return dataset_task(task_args.dataset_name, task_args.reward_funcs, task_args.dataset_config,
+                            task_args.prompt_column, task_args.dataset_train_split, task_args.dataset_test_split,
+                            task_args.num_train_samples, task_args.num_eval_samples, seed, task_args.accuracy_reward)
+    if task_args.reward_funcs:
+        raise ValueError("--reward_funcs applies to --dataset_name; built-in tasks bring their own rewards")
+    return get_builtin_task(task_args.task, num_train_samples=task_args.num_train_samples or 1000,
+                            num_eval_samples=task_args.num_eval_samples, seed=seed)
+
+
+def _evaluate(model, tokenizer, task, task_args, training_args, label: str):
+    from slimrl.cli.evaluate import evaluate_accuracy
+    from slimrl.cli.modeling import set_inference
+
+    if not task_args.num_eval_samples or task.eval_dataset is None or task.accuracy_reward is None:
+        return None
+    t0 = time.perf_counter()
+    set_inference(model, True)
+    try:
+        result = evaluate_accuracy(model, tokenizer, task.eval_dataset, task.accuracy_reward,
+                                   training_args.max_completion_length, task_args.eval_batch_size)
+    finally:
+        set_inference(model, False)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    print(f"[slimrl] eval accuracy {label}: {result['accuracy']:.3f} on {result['n']} held-out prompts "
+          f"({result['seconds']} s, greedy)", flush=True)
+    return result
+
+
+def run_grpo(task_args, model_args, training_args) -> dict:
+    from transformers.trainer_callback import ProgressCallback
+    from trl import GRPOTrainer
+
+    from slimrl.cli.callbacks import JsonlMetricsCallback, ProgressBarCallback
+    from slimrl.cli.modeling import add_lora, load_base
+
+    wall0 = time.perf_counter()
+    task = build_task(task_args, training_args.seed)
+    out = training_args.output_dir
+    os.makedirs(out, exist_ok=True)
+    print(f"[slimrl] task {task.name}: {len(task.train_dataset)} train / "
+          f"{len(task.eval_dataset) if task.eval_dataset is not None else 0} eval prompts; output_dir {out}", flush=True)
+
+    model, tokenizer = load_base(model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype,
+                                 model_args.load_in_4bit)
+    model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
+    before = _evaluate(model, tokenizer, task, task_args, training_args, "before")
+
+    eval_on = getattr(training_args.eval_strategy, "value", training_args.eval_strategy) != "no"
+    eval_dataset = task.eval_dataset if eval_on else None
+    metrics_path = os.path.join(out, "metrics.jsonl")
+    trainer = GRPOTrainer(model=model, reward_funcs=task.reward_funcs, args=training_args,
+                          train_dataset=task.train_dataset, eval_dataset=eval_dataset, processing_class=tokenizer,
+                          callbacks=[JsonlMetricsCallback(metrics_path)])
+    if not training_args.disable_tqdm and any(isinstance(c, ProgressCallback) for c in trainer.callback_handler.callbacks):
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(ProgressBarCallback(f"GRPO {task.name}"))
+    train_t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_seconds = time.perf_counter() - train_t0
+    trainer.save_model(out)
+
+    after = _evaluate(trainer.model, tokenizer, task, task_args, training_args, "after")
+    run_info = {"model_name_or_path": model_args.model_name_or_path, "dtype": model_args.dtype,
+                "task": task.name if not task_args.dataset_name else None, "task_info": task.info,
+                "max_completion_length": training_args.max_completion_length, "seed": training_args.seed}
+    with open(os.path.join(out, "slimrl_run.json"), "w") as f:
+        json.dump(run_info, f, indent=2)
+    summary = {"accuracy_before": before and before["accuracy"], "accuracy_after": after and after["accuracy"],
+               "eval_before": before, "eval_after": after, "train_seconds": round(train_seconds, 1),
+               "wall_seconds": round(time.perf_counter() - wall0, 1), "max_steps": training_args.max_steps}
+    with open(os.path.join(out, "eval.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    if task_args.plot:
+        try:
+            from slimrl.plotting import plot_metrics
+
+            summary["plot"] = plot_metrics(metrics_path, os.path.join(out, "training_curves.png"))
+        except ImportError as exc:
+            print(f"[slimrl] no plot: {exc}")
+    if hasattr(trainer, "end"):
+        trainer.end()
+    print(f"[slimrl] adapter, metrics.jsonl, eval.json{' and training_curves.png' if summary.get('plot') else ''} "
+          f"saved to {out} (train {summary['train_seconds']} s, wall {summary['wall_seconds']} s)", flush=True)
+    if before and after:
+        print(f"[slimrl] accuracy before {before['accuracy']:.3f} -> after {after['accuracy']:.3f}", flush=True)
+    return summary

