@@ -1,0 +1,129 @@
+"""Shared helpers for slimrl's benchmarks: thread pinning, per-phase peak RSS, running a config in its own process.
+
+Peak memory per phase uses the kernel's high-water mark: writing "5" to /proc/self/clear_refs resets VmHWM to the
+current RSS, so VmHWM read at the end of a phase is that phase's peak. Where that file is not writable (non-Linux),
+a 5 ms sampling thread stands in. CUDA runs read torch.cuda's allocator peaks instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+GiB = 1024**3
+
+
+def pin_threads(threads: int) -> None:
+    """Set OMP/MKL threads for this process and any torch imported after (call before importing torch)."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+class PhasePeak:
+    """`start()` marks the RSS and resets the peak; `stop()` returns (rss_at_start, peak) in bytes."""
+
+    def __init__(self, overall: "OverallPeak | None" = None):
+        self.overall = overall
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self._hwm = True
+        except OSError:
+            self._hwm = False
+        self._sampler = None
+        self._peak = 0
+        self._running = False
+
+    @staticmethod
+    def rss() -> int:
+        try:
+            return _status_kib("VmRSS") * 1024
+        except (OSError, KeyError):
+            import psutil
+
+            return psutil.Process().memory_info().rss
+
+    def start(self) -> int:
+        self.base = self.rss()
+        if self.overall is not None:
+            self.overall.fold()
+        if self._hwm:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        else:
+            self._peak, self._running = self.base, True
+            self._sampler = threading.Thread(target=self._sample, daemon=True)
+            self._sampler.start()
+        return self.base
+
+    def _sample(self):
+        while self._running:
+            self._peak = max(self._peak, self.rss())
+            time.sleep(0.005)
+
+    def stop(self) -> tuple[int, int]:
+        if self._hwm:
+            return self.base, _status_kib("VmHWM") * 1024
+        self._running = False
+        self._sampler.join()
+        return self.base, max(self._peak, self.rss())
+
+
+class OverallPeak:
+    """Peak RSS of the whole run, robust to VmHWM resets (ours per phase, or slimrl's own per-step metric, which
+    also reset `ru_maxrss`): a thread polls VmHWM every 5 ms, which is monotonic between resets."""
+
+    def __init__(self):
+        self.peak, self._running = PhasePeak.rss(), True
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> int:
+        try:
+            return _status_kib("VmHWM") * 1024
+        except (OSError, KeyError):
+            return PhasePeak.rss()
+
+    def _poll(self):
+        while self._running:
+            self.peak = max(self.peak, self._read())
+            time.sleep(0.005)
+
+    def fold(self) -> None:
+        """Call right before resetting VmHWM, so nothing of the previous phase is lost."""
+        self.peak = max(self.peak, self._read())
+
+    def stop(self) -> int:
+        self._running = False
+        self._thread.join()
+        return max(self.peak, self._read())
+
+
+def run_self(args: list[str], threads: int, timeout: float | None = None) -> dict:
+    """Run `python <this script> *args` in a fresh process pinned to `threads`; parse its last JSON line."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1",
+               HF_HUB_DISABLE_TELEMETRY="1", TOKENIZERS_PARALLELISM="false")
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, os.path.abspath(sys.argv[0]), *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    tail = (proc.stderr or proc.stdout)[-3000:]
+    return {"error": f"child exited {proc.returncode}: {tail}"}
