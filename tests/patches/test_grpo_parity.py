@@ -21,17 +21,7 @@ STOCK_HEAD = "trl/trainer/utils.py"
 SLIMRL_HEAD = "slimrl/ops/logprob.py"
 
 
-@pytest.fixture
-def unpatched():
-    """Every test leaves TRL stock, even when it fails half-way."""
-    P.registry.unpatch()
-    yield
-    P.registry.unpatch()
 
-
-@pytest.fixture(scope="module")
-def saved_model(tmp_path_factory):
-    return P.save_tiny(str(tmp_path_factory.mktemp("tiny-grpo")))
 
 
 def _model_factory(kind, saved_model):

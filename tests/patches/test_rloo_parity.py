@@ -17,16 +17,7 @@ except ImportError:  # tests/patches is not a package
 ALGO = "rloo"
 
 
-@pytest.fixture
-def unpatched():
-    P.registry.unpatch()
-    yield
-    P.registry.unpatch()
 
-
-@pytest.fixture(scope="module")
-def saved_model(tmp_path_factory):
-    return P.save_tiny(str(tmp_path_factory.mktemp("tiny-rloo")))
 
 
 def _peft_model():

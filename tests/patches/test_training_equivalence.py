@@ -26,16 +26,7 @@ torch = P.torch
 GEOMETRY_RTOL = P.RTOL  # one batch vs four accumulated micro-batches: same sums, different order (measured <= 1e-6)
 
 
-@pytest.fixture
-def unpatched():
-    P.registry.unpatch()
-    yield
-    P.registry.unpatch()
 
-
-@pytest.fixture(scope="module")
-def saved_model(tmp_path_factory):
-    return P.save_tiny(str(tmp_path_factory.mktemp("tiny-equiv")))
 
 
 def _snapshot(model):
