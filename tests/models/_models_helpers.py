@@ -13,3 +13,16 @@ def lora_grads(model, inputs) -> dict:
     model.zero_grad(set_to_none=True)
     model(**inputs).loss.backward()
     return {n: p.grad.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+
+
+def lora_grads_around_generate(model, inputs) -> tuple[dict, dict]:
+    """LoRA grads in training mode, then again after a no-grad greedy `generate` in inference mode."""
+    from slimrl import FastLanguageModel
+
+    FastLanguageModel.for_training(model)
+    before = lora_grads(model, inputs)
+    FastLanguageModel.for_inference(model)
+    with torch.no_grad():
+        model.generate(input_ids=inputs["input_ids"][:, :4], max_new_tokens=3, do_sample=False)
+    FastLanguageModel.for_training(model)
+    return before, lora_grads(model, inputs)

@@ -7,7 +7,7 @@ from slimrl import FastLanguageModel
 from slimrl.models import checkpointing
 from slimrl.models.modes import mode_state
 
-from _models_helpers import batch, lora_grads
+from _models_helpers import batch, lora_grads_around_generate
 
 
 @pytest.mark.parametrize("mode", [False, True, "offload"])
@@ -40,14 +40,7 @@ def test_switches(tiny_peft, mode):
 
 
 def test_generate_then_train_gives_same_gradients(tiny_peft):
-    model = FastLanguageModel.for_training(tiny_peft("offload"))
-    inputs = batch()
-    first = lora_grads(model, inputs)
-    FastLanguageModel.for_inference(model)
-    with torch.no_grad():
-        model.generate(input_ids=inputs["input_ids"][:, :4], max_new_tokens=3, do_sample=False)
-    FastLanguageModel.for_training(model)
-    second = lora_grads(model, inputs)
+    first, second = lora_grads_around_generate(tiny_peft("offload"), batch())
     for name, g in first.items():
         torch.testing.assert_close(second[name], g, atol=0, rtol=0)
 

@@ -8,7 +8,7 @@ import torch
 from slimrl import FastLanguageModel
 from slimrl.models import quantization
 
-from _models_helpers import batch, lora_grads
+from _models_helpers import batch, lora_grads_around_generate
 
 needs_bnb = pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="bitsandbytes not installed")
 
@@ -28,15 +28,8 @@ def test_qlora_gradients_survive_generate(tiny_model_dir, mode):
     model = qlora(tiny_model_dir, mode)
     layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
     assert len(layers) == 2 * 7 and all(m.support_avx512bf16_for_cpu is False for m in layers)
-    inputs = batch()
-    FastLanguageModel.for_training(model)
-    before = lora_grads(model, inputs)
+    before, after = lora_grads_around_generate(model, batch())
     assert all(torch.any(g != 0) for g in before.values())
-    FastLanguageModel.for_inference(model)
-    with torch.no_grad():
-        model.generate(input_ids=inputs["input_ids"][:, :4], max_new_tokens=3, do_sample=False)
-    FastLanguageModel.for_training(model)
-    after = lora_grads(model, inputs)
     for name, g in before.items():
         torch.testing.assert_close(after[name], g, atol=1e-6, rtol=0)
 

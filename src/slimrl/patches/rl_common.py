@@ -24,7 +24,6 @@ from . import precision, validation
 
 logger = logging.getLogger("slimrl")
 
-NUM_CHUNKS_ATTR = "_slimrl_num_chunks"  # read by slimrl.ops.logprob at call time
 AUTO_CHUNKS = -1
 
 
@@ -62,10 +61,6 @@ def make_config_post_init(original):
         original(self)
 
     return __post_init__
-
-
-def _unwrap_base(model):
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def _is_model(obj) -> bool:
@@ -112,10 +107,12 @@ def make_trainer_init(original):
             validation.check_max_seq_length(model, trainer_args, train_dataset, processing_class)
             _reconcile_checkpointing(model, trainer_args)
         original(self, model, *args, **kwargs)
+        from ..ops.logprob import set_num_chunks  # the knob the head reads at every call
+
         chunks = getattr(self.args, "slimrl_num_chunks", AUTO_CHUNKS)
         for m in (self.model, getattr(self, "ref_model", None)):
             if m is not None:
-                setattr(_unwrap_base(m), NUM_CHUNKS_ATTR, chunks)
+                set_num_chunks(m, chunks)
         _apply_checkpointing(self.model, self.args)
 
     return __init__
