@@ -54,7 +54,7 @@ def test_unpatch_one_algorithm_keeps_the_other():
 
     stock_rloo_step = RLOOTrainer.__dict__["training_step"]
     slimrl.PatchFastRL(None)
-    assert set(registry.supported_algorithms()) <= {a for a in ("grpo", "rloo") if slimrl.is_patched(a)}
+    assert all(slimrl.is_patched(a) for a in registry.supported_algorithms())
     slimrl.unpatch("rloo")
     assert RLOOTrainer.__dict__["training_step"] is stock_rloo_step
     assert hasattr(GRPOTrainer.__dict__["training_step"], "__slimrl_seam__")
@@ -126,3 +126,51 @@ def test_import_order(trl_first):
         print("ok")
         """
     assert _run(code).strip().endswith("ok")
+
+
+@pytest.mark.parametrize("algo", ["dpo", "kto", "sft", "reward"])
+def test_offline_trainer_patches_exactly_its_seams_and_unpatches(algo):
+    before = _snapshot()
+    assert slimrl.PatchFastRL(algo) == [algo]
+    seams = {p.seam for p in registry.patches_for(algo)}
+    assert set(registry.applied_seams()) == seams
+    after = _snapshot()
+    for seam, obj in after.items():
+        if seam in seams:
+            assert obj is not before[seam] and registry._unwrap_descriptor(obj).__slimrl_seam__ == seam
+        else:
+            assert obj is before[seam], f"{algo} touched {seam}"
+    # DPO/KTO/SFT get slimrl's head; the reward model (sequence classification) has no head seam
+    assert (f"trl.trainer.{algo}_trainer.add_fused_lm_head" in seams) == (algo != "reward")
+    slimrl.unpatch(algo)
+    assert _snapshot() == before and not slimrl.is_patched()
+
+
+def test_offline_trainers_share_nothing_and_unpatch_one_at_a_time():
+    from trl import DPOTrainer, SFTTrainer
+
+    stock_dpo_init = DPOTrainer.__dict__["__init__"]
+    slimrl.PatchFastRL("dpo")
+    slimrl.PatchFastRL("sft")
+    slimrl.unpatch("dpo")
+    assert DPOTrainer.__dict__["__init__"] is stock_dpo_init
+    assert hasattr(SFTTrainer.__dict__["__init__"], "__slimrl_seam__") and slimrl.is_patched("sft")
+
+
+def test_unsloth_style_dpo_import_after_patch():
+    out = _run(
+        """
+        from slimrl import FastLanguageModel, PatchFastRL
+        PatchFastRL("dpo", FastLanguageModel)
+        from trl import DPOConfig, DPOTrainer
+        import trl.trainer.dpo_trainer as m
+        from slimrl.ops import logprob
+        assert m.add_fused_lm_head is logprob.add_fused_lm_head
+        assert hasattr(DPOTrainer.__init__, "__slimrl_seam__")
+        cfg = DPOConfig(output_dir="/tmp/slimrl-order-dpo", unsloth_num_chunks=2)
+        import torch
+        assert cfg.slimrl_num_chunks == 2 and (cfg.bf16 is False or torch.cuda.is_available())
+        print("ok")
+        """
+    )
+    assert out.strip().endswith("ok")

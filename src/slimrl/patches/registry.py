@@ -35,6 +35,9 @@ class Patch:
     owner: dotted path of a module or class inside TRL ("trl.trainer.grpo_trainer.GRPOTrainer").
     params: the leading parameter names the original must have (checked at patch time); None skips the check.
     make: builds the replacement from the original object.
+    creates: the symbol is added where TRL has none (e.g. a top-level alias `trl.ORPOTrainer`): only the owner is
+        checked, `make` gets None, and unpatch deletes the symbol again. Where TRL already defines the name, the
+        patch is skipped and TRL's own object is left alone.
     """
 
     algorithm: str
@@ -43,6 +46,7 @@ class Patch:
     params: tuple[str, ...] | None
     make: Callable[[Any], Any]
     doc: str = ""
+    creates: bool = False
 
     @property
     def seam(self) -> str:
@@ -74,7 +78,7 @@ def register(patch: Patch) -> Patch:
 
 def _load_all_patch_modules() -> None:
     # Each trainer's patches live in their own module and register themselves on import
-    from . import grpo, rloo  # noqa: F401
+    from . import cpo, dpo, grpo, kto, orpo, reward, rloo, sft  # noqa: F401
 
 
 def supported_algorithms() -> list[str]:
@@ -138,6 +142,8 @@ def _check_seam(patch: Patch) -> Any:
     except (ImportError, AttributeError) as exc:
         raise PatchError(f"slimrl cannot patch {where}: `{patch.owner}` does not exist ({exc}).") from exc
     current = getattr(owner_obj, patch.name, _MISSING)
+    if patch.creates:
+        return owner_obj
     if current is _MISSING:
         raise PatchError(f"slimrl cannot patch {where}: `{patch.name}` is not defined on `{patch.owner}`.")
     if patch.params is not None:
@@ -178,6 +184,13 @@ def PatchFastRL(algorithm: str | None = None, FastLanguageModel: Any = None) -> 
     owners = [_check_seam(p) for p in todo]
     for patch, owner_obj in zip(todo, owners):
         if patch.seam in _STATE.applied:  # shared between algorithms, already in place
+            continue
+        if patch.creates:
+            if getattr(owner_obj, patch.name, _MISSING) is not _MISSING:  # TRL has it: nothing to add or remove
+                continue
+            replacement = patch.make(None)
+            setattr(owner_obj, patch.name, replacement)
+            _STATE.applied[patch.seam] = _Applied(owner_obj, patch.name, _MISSING, replacement)
             continue
         original = _own_attr(owner_obj, patch.name)
         current = getattr(owner_obj, patch.name)

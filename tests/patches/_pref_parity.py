@@ -1,0 +1,222 @@
+"""Shared harness for the stock-vs-patched parity tests of TRL's offline trainers (DPO, KTO, SFT, reward).
+
+Choices, and why:
+- Two trainers on identical models (same factory and seed; LoRA adapters created by TRL from `peft_config` after
+  TRL's own `set_seed(args.seed)`): the stock one built and run while TRL is unpatched, the patched one after
+  `PatchFastRL(algorithm)` (`_parity.stock_state` / `patched_state`). Each side runs its whole run in its state.
+- Same data: each side draws its micro-batches from its own `get_train_dataloader()` after the same
+  `torch.manual_seed`, and counts `num_items_in_batch` with Trainer's `get_batch_samples`, as `Trainer.train` does;
+  the harness checks the batches are identical (ids, masks, labels) and compares float columns (precomputed
+  reference log-probs, computed by each side through its own head) with the tolerance.
+- One optimizer step = `gradient_accumulation_steps` calls of the trainer's own `training_step` (TRL's
+  `compute_loss`, activation-offload context, GA scaling all run), then the same plain SGD step on both sides.
+- Compared: loss of every micro-step, accumulated gradients, final parameters, and every metric TRL stored for
+  logging (`_metrics["train"]`); the patched side must log the same keys plus `peak_memory_gb`.
+- Each side gets its own `Dataset` object (fresh random fingerprint), so TRL's precompute cache file (keyed by the
+  dataset fingerprint and the model hash) is never shared between the two sides.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+try:
+    from . import _parity as P
+except ImportError:  # tests/patches is not a package
+    import _parity as P
+
+import torch
+
+from slimrl.testing import tiny_llama_config, tiny_tokenizer
+
+VOCAB = P.VOCAB
+RTOL = P.RTOL
+SLIMRL_HEAD, STOCK_HEAD = "slimrl/ops/logprob.py", "trl/trainer/utils.py"
+# The harness's SGD step (TRL's optimizer is not used). Full fine-tuning moves every weight, so it gets a smaller
+# step: full-FT IPO (beta 0.1, loss 25 at step 1) overshoots at 0.03-0.05 (loss 25 -> 55) and its second-step
+# gradients then amplify the 2e-7 first-step difference to 1-4e-5 (conditioning, not the head; 1.7e-6 at 0.01).
+SGD_LR, FULL_FT_SGD_LR = 0.05, 0.01
+
+PROMPTS = [
+    "what is 3 plus 4 ?",
+    "please compute the sum of 12 and 7 and write the final answer",
+    "hello world",
+    "solve 8 times 9 step by step",
+    "how many numbers are in this question ?",
+    "the answer is",
+    "write the product of 6 and 7",
+]
+GOOD = ["7", "the answer is 19 .", "hello", "8 times 9 is 72 and that is the final result", "eight", "yes", "42 ."]
+BAD = ["8 or 9 or maybe 10", "no", "good bye world and thanks", "71", "i think it is many numbers", "no no", "6"]
+
+
+def trl_classes(algorithm: str):
+    import trl
+
+    return {
+        "dpo": (trl.DPOConfig, trl.DPOTrainer),
+        "kto": (trl.KTOConfig, trl.KTOTrainer),
+        "sft": (trl.SFTConfig, trl.SFTTrainer),
+        "reward": (trl.RewardConfig, trl.RewardTrainer),
+    }[algorithm]
+
+
+def dataset(kind: str, n: int = 9):
+    """Rows with prompts and completions of different lengths (`kind`: preference, kto, text, prompt_completion,
+    reward)."""
+    from datasets import Dataset
+
+    rows = range(n)
+    p = [PROMPTS[i % len(PROMPTS)] for i in rows]
+    # completions start with a space: the word-level tokenizer would merge "world" + "hello" across the boundary
+    g = [" " + GOOD[i % len(GOOD)] for i in rows]
+    b = [" " + BAD[i % len(BAD)] for i in rows]
+    if kind == "preference":
+        return Dataset.from_dict({"prompt": p, "chosen": g, "rejected": b})
+    if kind == "kto":
+        # unpaired, both labels present, not alternating
+        labels = [i % 3 != 1 for i in rows]
+        return Dataset.from_dict({"prompt": p, "completion": [gi if lab else bi for gi, bi, lab in zip(g, b, labels)],
+                                  "label": labels})
+    if kind == "text":
+        return Dataset.from_dict({"text": [f"{pi}{gi}" for pi, gi in zip(p, g)]})
+    if kind == "prompt_completion":
+        return Dataset.from_dict({"prompt": p, "completion": g})
+    if kind == "reward":
+        return Dataset.from_dict({"chosen": [f"{pi}{gi}" for pi, gi in zip(p, g)],
+                                  "rejected": [f"{pi}{bi}" for pi, bi in zip(p, b)]})
+    raise ValueError(kind)
+
+
+DATA_KIND = {"dpo": "preference", "kto": "kto", "sft": "text", "reward": "reward"}
+
+
+def tiny_reward_model(seed: int = 0):
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = tiny_llama_config(vocab_size=VOCAB, hidden_size=P.HIDDEN, num_layers=P.LAYERS, num_labels=1)
+    return AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
+
+
+def make_config(algorithm: str, output_dir: str, **overrides):
+    config_cls, _ = trl_classes(algorithm)
+    kw = dict(output_dir=output_dir, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
+              per_device_train_batch_size=3, learning_rate=1e-2, gradient_checkpointing=False, seed=0,
+              dataloader_pin_memory=False, max_length=48)
+    kw.update(overrides)
+    return config_cls(**kw)
+
+
+def build_trainer(algorithm: str, model, args, peft_config=None, train_dataset=None, seed: int = 0):
+    _, trainer_cls = trl_classes(algorithm)
+    torch.manual_seed(seed)
+    trainer = trainer_cls(model=model, args=args, train_dataset=train_dataset or dataset(DATA_KIND[algorithm]),
+                          processing_class=tiny_tokenizer(VOCAB), peft_config=copy.deepcopy(peft_config))
+    trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by Trainer.train otherwise
+    return trainer
+
+
+def build_pair(algorithm: str, model_factory, config_kwargs: dict, output_dir: str, peft_config=None,
+               num_chunks: int | None = None, data_kind: str | None = None, patched_model_setup=None):
+    """(stock, patched) trainers on identical models; `num_chunks` goes to the patched config's slimrl_num_chunks,
+    `patched_model_setup(model)` prepares the patched side's model only (e.g. FastLanguageModel's checkpointing)."""
+    kind = data_kind or DATA_KIND[algorithm]
+    with P.stock_state():
+        stock = build_trainer(algorithm, model_factory(), make_config(algorithm, output_dir, **config_kwargs),
+                              peft_config, dataset(kind))
+    with P.patched_state(algorithm):
+        extra = {} if num_chunks is None else {"slimrl_num_chunks": num_chunks}
+        model = model_factory()
+        if patched_model_setup is not None:
+            model = patched_model_setup(model)
+        patched = build_trainer(algorithm, model,
+                                make_config(algorithm, output_dir, **config_kwargs, **extra), peft_config,
+                                dataset(kind))
+    return stock, patched
+
+
+@dataclass
+class Trace:
+    losses: list[float] = field(default_factory=list)
+    grads: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    inputs: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    params: dict[str, torch.Tensor] = field(default_factory=dict)
+    metrics: dict[str, list[float]] = field(default_factory=dict)
+
+
+def enable_checkpointing_like_train(trainer) -> None:
+    """What `Trainer.train` does before its loop (transformers 5.23) when the config asks for checkpointing."""
+    args = trainer.args
+    if not getattr(args, "activation_checkpointing", args.gradient_checkpointing):
+        return
+    kwargs = dict(getattr(args, "activation_checkpointing_kwargs", None) or args.gradient_checkpointing_kwargs or {})
+    every_n_layers, offload = kwargs.pop("every_n_layers", 1), kwargs.pop("offload", False)
+    trainer.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs or None,
+                                                  every_n_layers=every_n_layers, offload=offload)
+
+
+def run_side(trainer, optimizer_steps: int = 2, lr: float | None = None, seed: int = 1234) -> Trace:
+    """`optimizer_steps` steps of GA micro-steps through the trainer's own training_step, SGD in between."""
+    if lr is None:
+        lr = SGD_LR if hasattr(trainer.model, "peft_config") else FULL_FT_SGD_LR
+    trace = Trace()
+    enable_checkpointing_like_train(trainer)
+    ga = trainer.args.gradient_accumulation_steps
+    torch.manual_seed(seed)
+    epoch_iterator = iter(trainer.get_train_dataloader())
+    for _ in range(optimizer_steps):
+        batches, num_items = trainer.get_batch_samples(epoch_iterator, ga, trainer.args.device)
+        assert len(batches) == ga, "the dataset is too small for the requested steps"
+        for batch in batches:
+            trace.inputs.append({k: v.detach().clone() for k, v in batch.items() if isinstance(v, torch.Tensor)})
+            loss = trainer.training_step(trainer.model, batch, num_items)
+            trace.losses.append(float(loss))
+            trace.grads.append({n: p.grad.detach().clone() for n, p in P.trainable(trainer.model).items()
+                                if p.grad is not None})
+        P.sgd_step(trainer, lr)
+    trace.params = {n: p.detach().clone() for n, p in P.trainable(trainer.model).items()}
+    trace.metrics = {k: list(v) for k, v in trainer._metrics["train"].items()}
+    return trace
+
+
+def run_pair(algorithm: str, stock, patched, **kwargs) -> tuple[Trace, Trace]:
+    with P.stock_state():
+        s = run_side(stock, **kwargs)
+    with P.patched_state(algorithm):
+        p = run_side(patched, **kwargs)
+    return s, p
+
+
+def assert_traces_match(stock: Trace, patched: Trace, rtol: float = RTOL) -> None:
+    assert len(stock.losses) == len(patched.losses)
+    for i, (s_in, p_in) in enumerate(zip(stock.inputs, patched.inputs)):
+        assert s_in.keys() == p_in.keys(), f"micro-step {i}: batch keys {sorted(s_in)} != {sorted(p_in)}"
+        for key in s_in:
+            if s_in[key].is_floating_point():  # precomputed reference log-probs: each side's own head
+                P.assert_close_rel(p_in[key], s_in[key], f"micro-step {i}: {key}", rtol)
+            else:
+                assert torch.equal(s_in[key], p_in[key]), f"micro-step {i}: {key} differs (batches diverged)"
+    for i, (ls, lp) in enumerate(zip(stock.losses, patched.losses)):
+        assert abs(lp - ls) <= rtol * abs(ls) + 1e-7, f"micro-step {i}: loss patched {lp!r} != stock {ls!r}"
+    for i, (gs, gp) in enumerate(zip(stock.grads, patched.grads)):
+        assert gs.keys() == gp.keys(), f"micro-step {i}: parameters with a gradient differ"
+        assert gs, f"micro-step {i}: no parameter received a gradient"
+        for name in gs:
+            P.assert_close_rel(gp[name], gs[name], f"micro-step {i}: grad of {name}", rtol)
+    for name in stock.params:
+        P.assert_close_rel(patched.params[name], stock.params[name], f"final {name}", rtol)
+    assert set(patched.metrics) == set(stock.metrics) | {"peak_memory_gb"}, (sorted(stock.metrics),
+                                                                             sorted(patched.metrics))
+    assert len(patched.metrics["peak_memory_gb"]) == len(stock.losses)
+    for key, values in stock.metrics.items():
+        got = patched.metrics[key]
+        assert len(got) == len(values), key
+        for i, (vs, vp) in enumerate(zip(values, got)):
+            assert abs(vp - vs) <= rtol * abs(vs) + 1e-6, f"metric {key}[{i}]: patched {vp!r} != stock {vs!r}"
+
+
+def head_file(trainer) -> str:
+    """Source file of the log-prob head installed on the trainer's policy (TRL's utils.py or slimrl's logprob.py)."""
+    return P.head_file(trainer)

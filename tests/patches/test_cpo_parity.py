@@ -1,0 +1,54 @@
+"""Patched CPOTrainer ≡ stock TRL 1.16 experimental CPOTrainer for every loss type (loss, gradients, every logged
+metric over 2 optimizer steps), without [2B, T, V] logits.
+
+Loss types sigmoid (with label smoothing), hinge, ipo, simpo (cpo_alpha != 0, simpo_gamma), AlphaPO (`alpha != 0`,
+"alphapo" sugar = simpo with cpo_alpha 0), cpo_alpha = 0 (stock's constant NLL); LoRA and full fine-tuning; prompts,
+chosen and rejected of different lengths; batches of 3 and 2 pairs, gradient accumulation.
+"""
+
+import types
+
+import pytest
+
+try:
+    from . import _orpo_cpo_parity as H
+    from . import _parity as P
+except ImportError:  # tests/patches is not a package
+    import _orpo_cpo_parity as H
+    import _parity as P
+
+ALGO = "cpo"
+
+CASES = {
+    "sigmoid-smoothing-full": (False, dict(loss_type="sigmoid", label_smoothing=0.1)),
+    "hinge-lora": (True, dict(loss_type="hinge", beta=0.2)),
+    "ipo-alpha0-full-ga2": (False, dict(loss_type="ipo", cpo_alpha=0.0, gradient_accumulation_steps=2,
+                                        per_device_train_batch_size=2)),
+    "simpo-cpoalpha-lora": (True, dict(loss_type="simpo", cpo_alpha=0.5, simpo_gamma=0.3)),
+    "simpo-cpoalpha-full": (False, dict(loss_type="simpo", cpo_alpha=2.0)),
+    "alphapo-full": (False, dict(loss_type="alphapo", alpha=0.3)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_cpo_parity(tmp_path, unpatched, case):
+    lora, config = CASES[case]
+    stock, patched = H.build_pair(ALGO, lambda: P.tiny_model(0), config, str(tmp_path),
+                                  H.lora_config() if lora else None)
+    s, p = H.run_pair(ALGO, stock, patched)
+    H.assert_traces_match(s, p)
+    assert {"nll_loss", "logits/chosen", "logits/rejected", "logps/chosen", "rewards/margins"} <= set(s.metrics)
+    if stock.cpo_alpha == 0:
+        assert set(s.metrics["nll_loss"]) == {0.0}
+    else:
+        assert min(s.metrics["nll_loss"]) > 0
+    assert s.losses[0] != s.losses[-1], "the SGD step should move the loss"
+
+
+def test_encoder_decoder_calls_stock_with_warning(unpatched):
+    from slimrl.patches.cpo import make_concatenated_forward
+
+    trainer = types.SimpleNamespace(is_encoder_decoder=True)
+    with pytest.warns(UserWarning, match="CPOTrainer.*encoder-decoder"):
+        result = make_concatenated_forward(lambda self, model, batch: ("stock", self))(trainer, None, None)
+    assert result == ("stock", trainer)
