@@ -1,4 +1,5 @@
-"""Training curves from a `metrics.jsonl` written by `slimrl grpo`: reward per function, KL, completion length.
+"""Training curves from a `metrics.jsonl` written by the CLI: GRPO (reward per function, KL, completion length) or
+DPO/ORPO/KTO (loss, implicit rewards and margin, pair accuracy).
 
 Choices made: matplotlib's Agg backend (no display needed); one figure with three panels sharing the step axis;
 a metric that was never logged (KL when beta=0) is drawn as an empty panel with a note instead of failing.
@@ -20,7 +21,20 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
-def plot_metrics(metrics_path: str, png_path: str) -> str:
+def grpo_panels(rows: list[dict]) -> list[tuple[str, list[str]]]:
+    reward_keys = sorted({k for r in rows for k in r if k.startswith("rewards/") and k.endswith("/mean")})
+    return [("reward", ["reward"] + reward_keys), ("KL", ["kl"]), ("completion length (tokens)",
+                                                                  ["completions/mean_length"])]
+
+
+def preference_panels(rows: list[dict]) -> list[tuple[str, list[str]]]:
+    # DPO/ORPO/KTO log implicit rewards of the chosen and rejected answers, their margin and the pair accuracy
+    return [("loss", ["loss", "nll_loss"]), ("implicit reward", ["rewards/chosen", "rewards/rejected",
+                                                                 "rewards/margins"]),
+            ("pair accuracy", ["rewards/accuracies"])]
+
+
+def plot_metrics(metrics_path: str, png_path: str, panels=grpo_panels) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -28,16 +42,15 @@ def plot_metrics(metrics_path: str, png_path: str) -> str:
 
     with open(metrics_path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    reward_keys = sorted({k for r in rows for k in r if k.startswith("rewards/") and k.endswith("/mean")})
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    panels = [("reward", ["reward"] + reward_keys), ("KL", ["kl"]), ("completion length (tokens)",
-                                                                       ["completions/mean_length"])]
+    panels = panels(rows)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
     for ax, (title, keys) in zip(axes, panels):
         drawn = False
         for key in keys:
             xs, ys = _series(rows, key)
             if xs:
                 label = "total" if key == "reward" else key.removeprefix("rewards/").removesuffix("/mean")
+                label = "nll" if key == "nll_loss" else label
                 ax.plot(xs, ys, marker="o", markersize=3, label=label)
                 drawn = True
         if not drawn:

@@ -38,7 +38,7 @@ def test_grpo_help_shows_every_flag_with_its_default(capsys):
     for flag in ("--learning_rate", "--num_generations", "--beta", "--model_name_or_path", "--lora_r",
                  "--load_in_4bit", "--task", "--num_train_samples", "--seed", "--reward_funcs", "--config"):
         assert flag in out, flag
-    assert "slimrl CLI default: 0.0001 (TRL: 1e-06)" in out
+    assert "slimrl CLI default: 0.0002 (TRL: 1e-06)" in out
     assert "(default: smollm2-135m)" in out
     from trl import GRPOConfig
 

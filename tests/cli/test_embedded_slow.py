@@ -1,4 +1,8 @@
-"""The bare `slimrl grpo` on the embedded SmolLM2-135M (~10-15 min on 2 CPU cores): the reward must rise."""
+"""The bare `slimrl grpo` on the embedded SmolLM2-135M (~6-13 min on 2 CPU cores): reward and held-out accuracy rise.
+
+It runs with `--seed 1`, not the default seed the README's measured run used, so the slow tier is also a second,
+independent check that the gain is robust (other problems held out, other worked examples, other samples).
+"""
 
 import json
 
@@ -6,7 +10,7 @@ import pytest
 
 
 @pytest.mark.slow
-def test_default_command_raises_reward(tmp_path):
+def test_default_command_raises_reward_and_accuracy(tmp_path):
     pytest.importorskip("gguf")
     import importlib.util
 
@@ -15,11 +19,15 @@ def test_default_command_raises_reward(tmp_path):
     from slimrl.cli import main
 
     out = tmp_path / "run"
-    assert main(["grpo", "--output_dir", str(out)]) == 0
+    assert main(["grpo", "--output_dir", str(out), "--seed", "1"]) == 0
     steps = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "reward" in r]
-    assert len(steps) == 25
+    assert len(steps) == 30
     first = sum(r["reward"] for r in steps[:5]) / 5
     last = sum(r["reward"] for r in steps[-5:]) / 5
     assert last > first + 0.2, (first, last)
     summary = json.loads((out / "eval.json").read_text())
-    assert summary["accuracy_after"] >= summary["accuracy_before"] - 0.05
+    assert summary["eval_before"]["n"] == 128
+    # held-out greedy accuracy must rise by more than noise: 0.05 is ~1 standard error at n=128
+    assert summary["accuracy_after"] > summary["accuracy_before"] + 0.05, summary
+    for name in ("adapter_model.safetensors", "training_curves.png"):
+        assert (out / name).is_file()

@@ -24,18 +24,32 @@ def test_arithmetic_is_deterministic_and_held_out():
     assert not set(a.eval_dataset["question"]) & set(a.train_dataset["question"])
 
 
-def test_arithmetic_rows_are_one_shot_conversations_with_correct_answers():
-    task = arithmetic_task(30, 5, seed=0)
+def test_eval_is_held_out_even_when_train_exhausts_the_problem_space():
+    from slimrl.tasks.arithmetic import problem_space
+
+    task = arithmetic_task(500, 40, seed=1, max_operand=9, operations="+")  # 100 problems: train must repeat
+    evaluation, train = task.eval_dataset["question"], task.train_dataset["question"]
+    assert len(set(evaluation)) == 40 and not set(evaluation) & set(train)
+    assert set(train) | set(evaluation) == {f"What is {a} {op} {b}?" for a, op, b, _ in problem_space(9, "+")}
+    with pytest.raises(ValueError, match="more than half"):
+        arithmetic_task(10, 51, max_operand=9, operations="+")
+
+
+def test_arithmetic_rows_are_worked_example_conversations_with_correct_answers():
+    from slimrl.tasks.arithmetic import INSTRUCTION
+
+    task = arithmetic_task(30, 5, seed=0, num_examples=1)
     for row in task.train_dataset:
         prompt = row["prompt"]
-        assert [m["role"] for m in prompt] == ["user", "assistant", "user"]
-        assert prompt[1]["content"].startswith("<answer>") and prompt[0]["content"] != prompt[2]["content"]
-        a, op, b = prompt[2]["content"].split("?")[0].removeprefix("What is ").split()
+        assert [m["role"] for m in prompt] == ["system", "user", "assistant", "user"]
+        assert prompt[0]["content"] == INSTRUCTION
+        assert prompt[2]["content"].startswith("<answer>") and prompt[1]["content"] != prompt[3]["content"]
+        a, op, b = prompt[3]["content"].split("?")[0].removeprefix("What is ").split()
         expected = int(a) + int(b) if op == "+" else int(a) - int(b)
         assert row["answer"] == str(expected) and expected >= 0
         # the worked example is itself correct
-        ea, eop, eb = prompt[0]["content"].split("?")[0].removeprefix("What is ").split()
-        assert parse_answer(prompt[1]["content"]) == (int(ea) + int(eb) if eop == "+" else int(ea) - int(eb))
+        ea, eop, eb = prompt[1]["content"].split("?")[0].removeprefix("What is ").split()
+        assert parse_answer(prompt[2]["content"]) == (int(ea) + int(eb) if eop == "+" else int(ea) - int(eb))
     assert get_builtin_task("arithmetic", num_train_samples=3, num_eval_samples=1).name == "arithmetic"
     with pytest.raises(ValueError, match="built-in tasks"):
         get_builtin_task("chess")

@@ -15,6 +15,10 @@ import sys
 COMMANDS = {
     "grpo": "Train with GRPO (every GRPOConfig field is a flag; bare `slimrl grpo` trains the embedded SmolLM2-135M "
             "on the arithmetic task in ~10-15 min on a 2-core CPU).",
+    "dpo": "Train with DPO on preference pairs (every DPOConfig field is a flag; bare `slimrl dpo` uses the built-in "
+           "arithmetic pairs: correct answer chosen, a wrong one rejected).",
+    "orpo": "Train with ORPO (reference-free; TRL's experimental ORPOTrainer on slimrl's chunked loss).",
+    "kto": "Train with KTO on rows labelled desirable / undesirable (built-in: the arithmetic set, unpaired).",
     "generate": "Answer prompt(s) with a trained adapter and with the base model (adapter disabled).",
     "chat": "Interactive `generate`: one prompt per line, empty line or EOF to quit.",
     "doctor": "Print versions, device, dtype choice and which optional parts are usable.",
@@ -62,6 +66,15 @@ def main(argv: list[str] | None = None) -> int:
         apply_patches()  # before parsing: the patched GRPOConfig resolves bf16/fp16 for this device
         task_args, model_args, training_args = parse_grpo_args(rest)
         run_grpo(task_args, model_args, training_args)
+        return 0
+    if command in ("dpo", "orpo", "kto"):
+        from slimrl.cli.args import parse_preference_args
+        from slimrl.cli.preference import apply_patches as apply_preference_patches
+        from slimrl.cli.preference import run_preference
+
+        apply_preference_patches(command)
+        task_args, model_args, training_args = parse_preference_args(command, rest)
+        run_preference(command, task_args, model_args, training_args)
         return 0
     args = _small_parser(command).parse_args(rest)
     if command == "doctor":

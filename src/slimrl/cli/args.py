@@ -15,20 +15,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from slimrl.tasks.arithmetic import DEFAULTS as ARITHMETIC  # noqa: E402  (light: no torch/trl import)
+
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_OUTPUT_DIR = "outputs/slimrl-grpo-{task}"
 
-# GRPOConfig field -> (CLI default, why). Measured basis: notes/machine.md (25 steps of 2 prompts x 8 generations,
-# 48 new tokens, LoRA r=16, lr 1e-4 lifted SmolLM2-135M's format reward 0.51 -> 0.99 in ~9 minutes on 2 CPU cores).
+# GRPOConfig field -> (CLI default, why). Measured basis: the README's "Measured" table for `slimrl grpo` (30 steps
+# of 2 prompts x 8 generations, 16 new tokens, LoRA r=16, lr 2e-4 on the arithmetic task, 2 CPU cores).
 CLI_DEFAULTS: dict[str, tuple[object, str]] = {
     "output_dir": (DEFAULT_OUTPUT_DIR, "{task} is replaced by the task or dataset name"),
-    "learning_rate": (1e-4, "LoRA needs a far larger step than full fine-tuning's 1e-6 to move in 25 steps"),
-    "lr_scheduler_type": ("constant", "a linear decay over 25 steps would halve the average step"),
-    "max_steps": (25, "~10 minutes on a 2-core CPU with the other defaults"),
+    "learning_rate": (2e-4, "LoRA needs a far larger step than full fine-tuning's 1e-6 to move in 30 steps"),
+    "lr_scheduler_type": ("constant", "a linear decay over 30 steps would halve the average step"),
+    "max_steps": (30, "~6-10 minutes on a 2-core CPU with the other defaults"),
     "per_device_train_batch_size": (8, "TRL's value, kept explicit: 8 completions per micro-batch"),
     "gradient_accumulation_steps": (2, "2 micro-batches = one generation batch of 2 prompts x 8 completions"),
     "num_generations": (8, "TRL's value, kept explicit: 8 completions per prompt give the group baseline"),
-    "max_completion_length": (48, "the arithmetic answers are short; TRL's 512 would multiply generation time"),
+    "max_completion_length": (16, "an answer `<answer>18</answer>` is 8 tokens; TRL's 512 lets rambling samples "
+                                  "multiply generation time"),
     "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
     "beta": (0.04, "a small KL penalty so KL is measured and shown; costs one no-grad adapter-off forward per batch"),
     "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
@@ -61,9 +64,15 @@ class TaskArguments:
         "help": "Built-in task to train on (arithmetic). Ignored when --dataset_name is given."})
     num_train_samples: int | None = field(default=None, metadata={
         "help": "Training prompts: generated for a built-in task (unset = 1000), a cap for a dataset (unset = all)."})
-    num_eval_samples: int = field(default=64, metadata={
+    num_eval_samples: int = field(default=128, metadata={
         "help": "Held-out prompts for the before/after accuracy (greedy decoding); 0 skips the evaluation."})
     eval_batch_size: int = field(default=32, metadata={"help": "Prompts per batched greedy generation in eval."})
+    max_operand: int | None = field(default=None, metadata={
+        "help": f"arithmetic task: largest operand (unset = {ARITHMETIC['max_operand']})."})
+    operations: str | None = field(default=None, metadata={
+        "help": f"arithmetic task: operations to draw from, '+', '-' or '+-' (unset = {ARITHMETIC['operations']!r})."})
+    num_examples: int | None = field(default=None, metadata={
+        "help": f"arithmetic task: worked example turns before each question (unset = {ARITHMETIC['num_examples']})."})
     dataset_name: str | None = field(default=None, metadata={
         "help": "A Hub dataset id, a local dataset folder, or a .json/.jsonl/.csv/.parquet file."})
     dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration (load_dataset name=)."})
@@ -107,4 +116,97 @@ def parse_grpo_args(argv: list[str]):
         if task_args.dataset_name:
             name = task_args.dataset_name.rstrip("/").replace("\\", "/").split("/")[-1].split(".")[0] or "dataset"
         training_args.output_dir = str(training_args.output_dir).replace("{task}", name)
+    return task_args, model_args, training_args
+
+
+# ---- `slimrl dpo | orpo | kto`: the same conventions over DPOConfig / ORPOConfig / KTOConfig ----
+
+PREFERENCE_ALGORITHMS = ("dpo", "orpo", "kto")
+
+# Shared CLI defaults for the preference trainers (TRL's defaults target GPUs and long runs). Measured basis: the
+# README's preference section (embedded SmolLM2-135M, built-in arithmetic preference pairs, 2-core CPU).
+PREFERENCE_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
+    "output_dir": ("outputs/slimrl-{algorithm}-{task}", "{algorithm} and {task} are replaced"),
+    "learning_rate": (5e-5, "LoRA on a 135M model needs a larger step than full fine-tuning's 1e-6 to move in 30 steps"),
+    "lr_scheduler_type": ("constant", "a linear decay over 30 steps would halve the average step"),
+    "max_steps": (30, "a few minutes on a 2-core CPU"),
+    "per_device_train_batch_size": (4, "4 pairs (KTO: 4 rows) per step keep a CPU step to seconds"),
+    "max_length": (256, "prompt + answer of the arithmetic set fit in ~150 tokens; TRL's 1024 only pads"),
+    "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
+    "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
+    "save_strategy": ("no", "the LoRA adapter is saved once at the end"),
+}
+
+
+@dataclass
+class PreferenceTaskArguments:
+    task: str = field(default="arithmetic", metadata={
+        "help": "Built-in preference set (arithmetic: the correct answer chosen, a wrong one rejected; for KTO one "
+                "desirable and one undesirable row per prompt). Ignored when --dataset_name is given."})
+    num_train_samples: int | None = field(default=None, metadata={
+        "help": "Training prompts of the built-in set (unset = 1000), or a cap on a dataset's rows (unset = all)."})
+    num_eval_samples: int = field(default=128, metadata={
+        "help": "Held-out prompts of the built-in set for the before/after greedy accuracy; 0 skips it."})
+    eval_batch_size: int = field(default=32, metadata={"help": "Prompts per batched greedy generation in eval."})
+    max_operand: int | None = field(default=None, metadata={
+        "help": f"arithmetic set: largest operand (unset = {ARITHMETIC['max_operand']})."})
+    operations: str | None = field(default=None, metadata={
+        "help": f"arithmetic set: '+', '-' or '+-' (unset = {ARITHMETIC['operations']!r})."})
+    num_examples: int | None = field(default=None, metadata={
+        "help": f"arithmetic set: worked example turns before each question (unset = {ARITHMETIC['num_examples']})."})
+    dataset_name: str | None = field(default=None, metadata={
+        "help": "A Hub dataset id, a local dataset folder, or a .json/.jsonl/.csv/.parquet file."})
+    dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration (load_dataset name=)."})
+    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    prompt_column: str = field(default="prompt", metadata={"help": "Column holding the prompt."})
+    chosen_column: str = field(default="chosen", metadata={"help": "dpo/orpo: column holding the preferred answer."})
+    rejected_column: str = field(default="rejected", metadata={"help": "dpo/orpo: column holding the rejected answer."})
+    completion_column: str = field(default="completion", metadata={"help": "kto: column holding the answer."})
+    label_column: str = field(default="label", metadata={
+        "help": "kto: column holding the desirable (true) / undesirable (false) label."})
+    plot: bool = field(default=True, metadata={"help": "Write training_curves.png (needs matplotlib)."})
+
+
+def preference_config_class(algorithm: str):
+    if algorithm == "dpo":
+        from trl import DPOConfig as config
+    elif algorithm == "kto":
+        from trl import KTOConfig as config
+    elif algorithm == "orpo":
+        from trl.experimental.orpo import ORPOConfig as config
+    else:
+        raise ValueError(f"unknown preference algorithm {algorithm!r}; known: {', '.join(PREFERENCE_ALGORITHMS)}")
+    return config
+
+
+def build_preference_parser(algorithm: str):
+    from trl import TrlParser
+
+    config = preference_config_class(algorithm)
+    parser = TrlParser((PreferenceTaskArguments, ModelArguments, config), prog=f"slimrl {algorithm}",
+                       description=f"Train a model with {algorithm.upper()} (TRL's {config.__name__.removesuffix('Config')}"
+                                   f"Trainer on slimrl's memory paths). Every {config.__name__} field is a flag; "
+                                   "--config run.yaml sets defaults, flags override it.")
+    for action in parser._actions:
+        if action.dest in PREFERENCE_CLI_DEFAULTS:
+            value, why = PREFERENCE_CLI_DEFAULTS[action.dest]
+            note = f"[slimrl CLI default: {value!r} (TRL: {action.default!r}); {why}]".replace("%", "%%")
+            action.default = value
+            action.help = f"{action.help or ''} {note}".strip()
+    return parser
+
+
+def parse_preference_args(algorithm: str, argv: list[str]):
+    """(task_args, model_args, training_args) for `slimrl dpo|orpo|kto`."""
+    task_args, model_args, training_args = build_preference_parser(algorithm).parse_args_and_config(list(argv))
+    if model_args.dtype == "auto":
+        model_args.dtype = None
+    if task_args.dataset_name and any(getattr(task_args, k) is not None
+                                      for k in ("max_operand", "operations", "num_examples")):
+        raise ValueError("--max_operand/--operations/--num_examples shape the built-in arithmetic set; they do not "
+                         "apply with --dataset_name")
+    name = task_args.task
+    if task_args.dataset_name:
+        name = task_args.dataset_name.rstrip("/").replace("\\", "/").split("/")[-1].split(".")[0] or "dataset"
+    training_args.output_dir = str(training_args.output_dir).replace("{algorithm}", algorithm).replace("{task}", name)
     return task_args, model_args, training_args

@@ -1,7 +1,8 @@
-"""TrainerCallbacks for `slimrl grpo`: a one-line tqdm progress bar and a JSONL metrics log.
+"""TrainerCallbacks for the training commands: a one-line tqdm progress bar and a JSONL metrics log.
 
-Choices made: the bar replaces transformers' ProgressCallback (which prints every log dict) and shows reward, KL
-(only when TRL logs it, i.e. beta != 0) and wall seconds per optimizer step. The metrics file gets one JSON object per
+Choices made: the bar replaces transformers' ProgressCallback (which prints every log dict) and shows a few metrics
+(GRPO: reward, and KL only when TRL logs it, i.e. beta != 0; DPO/ORPO/KTO: loss, reward margin and accuracy) and
+wall seconds per optimizer step. The metrics file gets one JSON object per
 `on_log` call (step, epoch and every logged value), flushed immediately so a killed run still leaves its history.
 """
 
@@ -19,9 +20,14 @@ def _fmt(value) -> str:
     return f"{value:.3f}" if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
 
 
+GRPO_BAR_KEYS = {"reward": "reward", "kl": "kl"}
+PREFERENCE_BAR_KEYS = {"loss": "loss", "margin": "rewards/margins", "acc": "rewards/accuracies", "kl": "kl"}
+
+
 class ProgressBarCallback(TrainerCallback):
-    def __init__(self, desc: str = "GRPO"):
+    def __init__(self, desc: str = "GRPO", keys: dict[str, str] | None = None):
         self.desc = desc
+        self.keys = dict(GRPO_BAR_KEYS if keys is None else keys)  # bar label -> logged metric name
         self.bar = None
         self.last_time = None
         self.seconds_per_step = None
@@ -44,11 +50,11 @@ class ProgressBarCallback(TrainerCallback):
             self.bar.update(1)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if self.bar is None or not logs or "reward" not in logs:
+        if self.bar is None or not logs or not any(key in logs for key in self.keys.values()):
             return
-        self.postfix["reward"] = _fmt(logs.get("reward"))
-        if "kl" in logs:
-            self.postfix["kl"] = _fmt(logs.get("kl"))
+        for label, key in self.keys.items():
+            if key in logs:  # e.g. KL only when TRL logs it (beta != 0)
+                self.postfix[label] = _fmt(logs.get(key))
         self.bar.set_postfix(self.postfix)
 
     def on_train_end(self, args, state, control, **kwargs):

@@ -32,9 +32,10 @@ def _wrap(text: str, info: dict, raw: bool):
         from slimrl.tasks import BUILTIN_TASKS  # noqa: F401  (task module must exist)
 
         if info["task"] == "arithmetic":
-            from slimrl.tasks.arithmetic import format_user_prompt
+            from slimrl.tasks.arithmetic import DEFAULTS, format_user_prompt
 
-            return format_user_prompt(text, seed=info.get("seed", 0))
+            options = {k: v for k, v in (info.get("task_info") or {}).items() if k in DEFAULTS}
+            return format_user_prompt(text, seed=info.get("seed", 0), **options)
     return [{"role": "user", "content": text}]
 
 

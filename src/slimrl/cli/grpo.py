@@ -38,11 +38,13 @@ def build_task(task_args, seed: int):
                             task_args.num_train_samples, task_args.num_eval_samples, seed, task_args.accuracy_reward)
     if task_args.reward_funcs:
         raise ValueError("--reward_funcs applies to --dataset_name; built-in tasks bring their own rewards")
+    options = {k: getattr(task_args, k) for k in ("max_operand", "operations", "num_examples")}
     return get_builtin_task(task_args.task, num_train_samples=task_args.num_train_samples or 1000,
-                            num_eval_samples=task_args.num_eval_samples, seed=seed)
+                            num_eval_samples=task_args.num_eval_samples, seed=seed, **options)
 
 
-def _evaluate(model, tokenizer, task, task_args, training_args, label: str):
+def evaluate_task(model, tokenizer, task, task_args, max_new_tokens: int, label: str):
+    """Greedy held-out accuracy of `task` (None when the task has no eval split or accuracy reward)."""
     from slimrl.cli.evaluate import evaluate_accuracy
     from slimrl.cli.modeling import set_inference
 
@@ -51,8 +53,8 @@ def _evaluate(model, tokenizer, task, task_args, training_args, label: str):
     t0 = time.perf_counter()
     set_inference(model, True)
     try:
-        result = evaluate_accuracy(model, tokenizer, task.eval_dataset, task.accuracy_reward,
-                                   training_args.max_completion_length, task_args.eval_batch_size)
+        result = evaluate_accuracy(model, tokenizer, task.eval_dataset, task.accuracy_reward, max_new_tokens,
+                                   task_args.eval_batch_size)
     finally:
         set_inference(model, False)
     result["seconds"] = round(time.perf_counter() - t0, 1)
@@ -78,7 +80,7 @@ def run_grpo(task_args, model_args, training_args) -> dict:
     model, tokenizer = load_base(model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype,
                                  model_args.load_in_4bit)
     model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
-    before = _evaluate(model, tokenizer, task, task_args, training_args, "before")
+    before = evaluate_task(model, tokenizer, task, task_args, training_args.max_completion_length, "before")
 
     eval_on = getattr(training_args.eval_strategy, "value", training_args.eval_strategy) != "no"
     eval_dataset = task.eval_dataset if eval_on else None
@@ -94,7 +96,8 @@ def run_grpo(task_args, model_args, training_args) -> dict:
     train_seconds = time.perf_counter() - train_t0
     trainer.save_model(out)
 
-    after = _evaluate(trainer.model, tokenizer, task, task_args, training_args, "after")
+    after = evaluate_task(trainer.model, tokenizer, task, task_args, training_args.max_completion_length,
+                          "after")
     run_info = {"model_name_or_path": model_args.model_name_or_path, "dtype": model_args.dtype,
                 "task": task.name if not task_args.dataset_name else None, "task_info": task.info,
                 "max_completion_length": training_args.max_completion_length, "seed": training_args.seed}

@@ -24,12 +24,20 @@ class Task:
     info: dict = field(default_factory=dict)
 
 
-def arithmetic_task(num_train_samples: int = 1000, num_eval_samples: int = 64, seed: int = 42) -> Task:
+def arithmetic_task(num_train_samples: int = 1000, num_eval_samples: int = 64, seed: int = 42,
+                    **options) -> Task:
+    """options: max_operand, operations ("+", "-" or "+-"), num_examples (worked example turns per prompt)."""
+    import functools
+
     from . import arithmetic
 
-    train, evaluation = arithmetic.arithmetic_splits(num_train_samples, num_eval_samples, seed)
+    options = {**arithmetic.DEFAULTS, **{k: v for k, v in options.items() if v is not None}}
+    unknown = set(options) - set(arithmetic.DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown arithmetic option(s) {sorted(unknown)}; known: {sorted(arithmetic.DEFAULTS)}")
+    train, evaluation = arithmetic.arithmetic_splits(num_train_samples, num_eval_samples, seed, **options)
     return Task("arithmetic", train, evaluation, list(arithmetic.REWARD_FUNCS), arithmetic.ACCURACY_REWARD,
-                arithmetic.format_user_prompt, {"max_operand": 20})
+                functools.partial(arithmetic.format_user_prompt, **options), dict(options))
 
 
 BUILTIN_TASKS = {"arithmetic": arithmetic_task}

@@ -33,7 +33,7 @@ class TaskError(ValueError):
 def _builtin_reward(name: str) -> Callable | None:
     from . import rewards
 
-    if name in ("format_reward", "correctness_reward"):
+    if name in ("format_reward", "correctness_reward", "closeness_reward"):
         return getattr(rewards, name)
     if name in ("accuracy_reward", "think_format_reward", "reasoning_accuracy_reward"):
         import trl.rewards
@@ -68,7 +68,8 @@ def load_reward_func(spec: str) -> Callable:
             raise TaskError(f"Could not import module {module_path!r} for reward {spec!r}: "
                             f"{type(exc).__name__}: {exc}") from exc
     else:
-        raise TaskError(f"Reward {spec!r} is neither a built-in (format_reward, correctness_reward, accuracy_reward, "
+        raise TaskError(f"Reward {spec!r} is neither a built-in (format_reward, correctness_reward, closeness_reward, "
+                        "accuracy_reward, "
                         "think_format_reward, reasoning_accuracy_reward), a dotted path (pkg.module.func) nor "
                         "path/to/file.py:func")
     func = getattr(module, func_name, None)

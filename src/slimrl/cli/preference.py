@@ -1,0 +1,112 @@
+"""`slimrl dpo | orpo | kto`: preference data → model + LoRA → eval before → TRL trainer.train → adapter, metrics, plot.
+
+Choices made:
+- Same shape as `slimrl grpo` (see grpo.py): cheap checks (dataset, columns) before the model loads, PatchFastRL
+  applied before parsing (a bare config builds on a CPU), the LoRA adapter, `metrics.jsonl`, `training_curves.png`,
+  `eval.json` and `slimrl_run.json` in output_dir.
+- The bare command trains on the built-in arithmetic preference set (tasks/preference.py); its held-out split is the
+  GRPO task's, so "accuracy before/after" is the same greedy evaluation as `slimrl grpo`. A user dataset has no such
+  accuracy: TRL's own pair accuracy (`rewards/accuracies`) is in the metrics and the plot.
+- With LoRA and no reference model, DPO and KTO use the adapter-disabled base as the reference (TRL's own behaviour);
+  ORPO is reference-free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+
+def trainer_class(algorithm: str):
+    if algorithm == "dpo":
+        from trl import DPOTrainer as trainer
+    elif algorithm == "kto":
+        from trl import KTOTrainer as trainer
+    else:
+        from trl.experimental.orpo import ORPOTrainer as trainer
+    return trainer
+
+
+def apply_patches(algorithm: str) -> None:
+    from slimrl.models.fast_language_model import FastLanguageModel
+    from slimrl.patches.registry import PatchFastRL
+
+    PatchFastRL(algorithm, FastLanguageModel)
+
+
+def build_preference_task(algorithm: str, task_args, seed: int):
+    """`Task` with the train set TRL's trainer reads and, for the built-in set, the held-out GRPO prompts."""
+    from slimrl.tasks import Task
+    from slimrl.tasks.preference import arithmetic_preference_splits, preference_dataset
+    from slimrl.tasks.rewards import correctness_reward
+
+    if task_args.dataset_name:
+        train = preference_dataset(algorithm, task_args.dataset_name, task_args.dataset_config,
+                                   task_args.dataset_train_split, task_args.prompt_column, task_args.chosen_column,
+                                   task_args.rejected_column, task_args.completion_column, task_args.label_column,
+                                   task_args.num_train_samples)
+        name = os.path.basename(task_args.dataset_name.rstrip("/")) or task_args.dataset_name
+        return Task(name, train, None, [], None, None, {"dataset_name": task_args.dataset_name})
+    if task_args.task != "arithmetic":
+        raise ValueError(f"Unknown preference task {task_args.task!r}; built-in: arithmetic (or pass --dataset_name)")
+    options = {k: getattr(task_args, k) for k in ("max_operand", "operations", "num_examples")}
+    train, evaluation = arithmetic_preference_splits(algorithm, task_args.num_train_samples or 1000,
+                                                     task_args.num_eval_samples, seed, **options)
+    return Task("arithmetic", train, evaluation, [], correctness_reward, None,
+                {k: v for k, v in options.items() if v is not None})
+
+
+def run_preference(algorithm: str, task_args, model_args, training_args) -> dict:
+    from transformers.trainer_callback import ProgressCallback
+
+    from slimrl.cli.callbacks import PREFERENCE_BAR_KEYS, JsonlMetricsCallback, ProgressBarCallback
+    from slimrl.cli.grpo import evaluate_task
+    from slimrl.cli.modeling import add_lora, load_base
+
+    wall0 = time.perf_counter()
+    task = build_preference_task(algorithm, task_args, training_args.seed)
+    out = training_args.output_dir
+    os.makedirs(out, exist_ok=True)
+    print(f"[slimrl] {algorithm} on {task.name}: {len(task.train_dataset)} train rows; output_dir {out}", flush=True)
+
+    model, tokenizer = load_base(model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype,
+                                 model_args.load_in_4bit)
+    model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
+    max_new_tokens = 16
+    before = evaluate_task(model, tokenizer, task, task_args, max_new_tokens, "before")
+
+    metrics_path = os.path.join(out, "metrics.jsonl")
+    trainer = trainer_class(algorithm)(model=model, args=training_args, train_dataset=task.train_dataset,
+                                       processing_class=tokenizer, callbacks=[JsonlMetricsCallback(metrics_path)])
+    if not training_args.disable_tqdm and any(isinstance(c, ProgressCallback) for c in trainer.callback_handler.callbacks):
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(ProgressBarCallback(f"{algorithm.upper()} {task.name}", PREFERENCE_BAR_KEYS))
+    train_t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_seconds = time.perf_counter() - train_t0
+    trainer.save_model(out)
+
+    after = evaluate_task(trainer.model, tokenizer, task, task_args, max_new_tokens, "after")
+    run_info = {"model_name_or_path": model_args.model_name_or_path, "dtype": model_args.dtype,
+                "algorithm": algorithm, "task": task.name if not task_args.dataset_name else None,
+                "task_info": task.info, "seed": training_args.seed}
+    with open(os.path.join(out, "slimrl_run.json"), "w") as f:
+        json.dump(run_info, f, indent=2)
+    summary = {"accuracy_before": before and before["accuracy"], "accuracy_after": after and after["accuracy"],
+               "eval_before": before, "eval_after": after, "train_seconds": round(train_seconds, 1),
+               "wall_seconds": round(time.perf_counter() - wall0, 1), "max_steps": training_args.max_steps}
+    with open(os.path.join(out, "eval.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    if task_args.plot:
+        try:
+            from slimrl.plotting import plot_metrics, preference_panels
+
+            summary["plot"] = plot_metrics(metrics_path, os.path.join(out, "training_curves.png"), preference_panels)
+        except ImportError as exc:
+            print(f"[slimrl] no plot: {exc}")
+    print(f"[slimrl] adapter, metrics.jsonl, eval.json{' and training_curves.png' if summary.get('plot') else ''} "
+          f"saved to {out} (train {summary['train_seconds']} s, wall {summary['wall_seconds']} s)", flush=True)
+    if before and after:
+        print(f"[slimrl] accuracy before {before['accuracy']:.3f} -> after {after['accuracy']:.3f}", flush=True)
+    return summary
