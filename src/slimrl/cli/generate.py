@@ -1,7 +1,7 @@
 """`slimrl generate` / `slimrl chat`: answer prompts with a trained adapter and with the base model side by side.
 
 Choices made: one model in memory; the base answer is generated under PEFT's `disable_adapter()`. When the run that
-wrote the adapter used a built-in task, the prompt is wrapped the way training prompts were (same one-shot example)
+wrote the adapter used a built-in task, the prompt is wrapped the way training prompts were (same worked examples)
 unless `--raw`; decoding is greedy unless `--do_sample`.
 """
 
