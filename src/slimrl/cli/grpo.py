@@ -63,6 +63,31 @@ def evaluate_task(model, tokenizer, task, task_args, max_new_tokens: int, label:
     return result
 
 
+def write_run_outputs(out: str, run_info: dict, before, after, train_seconds: float, wall0: float, max_steps: int,
+                      plot: bool, panels=None) -> dict:
+    """`slimrl_run.json`, `eval.json` and `training_curves.png` in `out`, the closing lines printed; the summary."""
+    with open(os.path.join(out, "slimrl_run.json"), "w") as f:
+        json.dump(run_info, f, indent=2)
+    summary = {"accuracy_before": before and before["accuracy"], "accuracy_after": after and after["accuracy"],
+               "eval_before": before, "eval_after": after, "train_seconds": round(train_seconds, 1),
+               "wall_seconds": round(time.perf_counter() - wall0, 1), "max_steps": max_steps}
+    with open(os.path.join(out, "eval.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    if plot:
+        try:
+            from slimrl.plotting import grpo_panels, plot_metrics
+
+            summary["plot"] = plot_metrics(os.path.join(out, "metrics.jsonl"), os.path.join(out, "training_curves.png"),
+                                           panels or grpo_panels)
+        except ImportError as exc:
+            print(f"[slimrl] no plot: {exc}")
+    print(f"[slimrl] adapter, metrics.jsonl, eval.json{' and training_curves.png' if summary.get('plot') else ''} "
+          f"saved to {out} (train {summary['train_seconds']} s, wall {summary['wall_seconds']} s)", flush=True)
+    if before and after:
+        print(f"[slimrl] accuracy before {before['accuracy']:.3f} -> after {after['accuracy']:.3f}", flush=True)
+    return summary
+
+
 def run_grpo(task_args, model_args, training_args) -> dict:
     from transformers.trainer_callback import ProgressCallback
     from trl import GRPOTrainer
@@ -101,24 +126,7 @@ def run_grpo(task_args, model_args, training_args) -> dict:
     run_info = {"model_name_or_path": model_args.model_name_or_path, "dtype": model_args.dtype,
                 "task": task.name if not task_args.dataset_name else None, "task_info": task.info,
                 "max_completion_length": training_args.max_completion_length, "seed": training_args.seed}
-    with open(os.path.join(out, "slimrl_run.json"), "w") as f:
-        json.dump(run_info, f, indent=2)
-    summary = {"accuracy_before": before and before["accuracy"], "accuracy_after": after and after["accuracy"],
-               "eval_before": before, "eval_after": after, "train_seconds": round(train_seconds, 1),
-               "wall_seconds": round(time.perf_counter() - wall0, 1), "max_steps": training_args.max_steps}
-    with open(os.path.join(out, "eval.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    if task_args.plot:
-        try:
-            from slimrl.plotting import plot_metrics
-
-            summary["plot"] = plot_metrics(metrics_path, os.path.join(out, "training_curves.png"))
-        except ImportError as exc:
-            print(f"[slimrl] no plot: {exc}")
     if hasattr(trainer, "end"):
         trainer.end()
-    print(f"[slimrl] adapter, metrics.jsonl, eval.json{' and training_curves.png' if summary.get('plot') else ''} "
-          f"saved to {out} (train {summary['train_seconds']} s, wall {summary['wall_seconds']} s)", flush=True)
-    if before and after:
-        print(f"[slimrl] accuracy before {before['accuracy']:.3f} -> after {after['accuracy']:.3f}", flush=True)
-    return summary
+    return write_run_outputs(out, run_info, before, after, train_seconds, wall0, training_args.max_steps,
+                             task_args.plot)

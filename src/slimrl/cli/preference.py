@@ -13,7 +13,6 @@ Choices made:
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -61,7 +60,7 @@ def run_preference(algorithm: str, task_args, model_args, training_args) -> dict
     from transformers.trainer_callback import ProgressCallback
 
     from slimrl.cli.callbacks import PREFERENCE_BAR_KEYS, JsonlMetricsCallback, ProgressBarCallback
-    from slimrl.cli.grpo import evaluate_task
+    from slimrl.cli.grpo import evaluate_task, write_run_outputs
     from slimrl.cli.modeling import add_lora, load_base
 
     wall0 = time.perf_counter()
@@ -91,22 +90,7 @@ def run_preference(algorithm: str, task_args, model_args, training_args) -> dict
     run_info = {"model_name_or_path": model_args.model_name_or_path, "dtype": model_args.dtype,
                 "algorithm": algorithm, "task": task.name if not task_args.dataset_name else None,
                 "task_info": task.info, "seed": training_args.seed}
-    with open(os.path.join(out, "slimrl_run.json"), "w") as f:
-        json.dump(run_info, f, indent=2)
-    summary = {"accuracy_before": before and before["accuracy"], "accuracy_after": after and after["accuracy"],
-               "eval_before": before, "eval_after": after, "train_seconds": round(train_seconds, 1),
-               "wall_seconds": round(time.perf_counter() - wall0, 1), "max_steps": training_args.max_steps}
-    with open(os.path.join(out, "eval.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    if task_args.plot:
-        try:
-            from slimrl.plotting import plot_metrics, preference_panels
+    from slimrl.plotting import preference_panels
 
-            summary["plot"] = plot_metrics(metrics_path, os.path.join(out, "training_curves.png"), preference_panels)
-        except ImportError as exc:
-            print(f"[slimrl] no plot: {exc}")
-    print(f"[slimrl] adapter, metrics.jsonl, eval.json{' and training_curves.png' if summary.get('plot') else ''} "
-          f"saved to {out} (train {summary['train_seconds']} s, wall {summary['wall_seconds']} s)", flush=True)
-    if before and after:
-        print(f"[slimrl] accuracy before {before['accuracy']:.3f} -> after {after['accuracy']:.3f}", flush=True)
-    return summary
+    return write_run_outputs(out, run_info, before, after, train_seconds, wall0, training_args.max_steps,
+                             task_args.plot, preference_panels)
