@@ -127,3 +127,20 @@ def run_self(args: list[str], threads: int, timeout: float | None = None) -> dic
             return json.loads(line)
     tail = (proc.stderr or proc.stdout)[-3000:]
     return {"error": f"child exited {proc.returncode}: {tail}"}
+
+
+def step_timer():
+    """A TrainerCallback whose `times` list gets the wall seconds of every optimizer step."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.times: list[float] = []
+
+        def on_step_begin(self, *a, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a, **kw):
+            self.times.append(time.perf_counter() - self.t0)
+
+    return StepTimer()

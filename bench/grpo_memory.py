@@ -27,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, OverallPeak, PhasePeak, pin_threads, run_self  # noqa: E402
+from _common import GiB, OverallPeak, PhasePeak, pin_threads, run_self, step_timer  # noqa: E402
 
 MiB = 1024**2
 
@@ -57,7 +57,6 @@ def child_grpo(arm: str, vocab: int, completion: int, steps: int, device: str) -
     import torch
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import TrainerCallback
 
     how = enable_slimrl() if arm == "slimrl" else "stock"
     from trl import GRPOConfig, GRPOTrainer
@@ -80,7 +79,7 @@ def child_grpo(arm: str, vocab: int, completion: int, steps: int, device: str) -
                           args=args, train_dataset=data, processing_class=tok, peft_config=lora)
 
     overall = None if cuda else OverallPeak()
-    phase, working, step_times, cuda_peak = PhasePeak(overall), [], [], [0]
+    phase, working, cuda_peak = PhasePeak(overall), [], [0]
     compute_loss, backward = trainer.compute_loss, trainer.accelerator.backward
 
     def measured_compute_loss(*a, **kw):
@@ -105,17 +104,12 @@ def child_grpo(arm: str, vocab: int, completion: int, steps: int, device: str) -
 
     trainer.compute_loss, trainer.accelerator.backward = measured_compute_loss, measured_backward
 
-    class StepTimer(TrainerCallback):
-        def on_step_begin(self, *a, **kw):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, *a, **kw):
-            step_times.append(time.perf_counter() - self.t0)
-
-    trainer.add_callback(StepTimer())
+    timer = step_timer()
+    trainer.add_callback(timer)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
+    step_times = timer.times
     timed = step_times[1:] or step_times
     peak = max(cuda_peak[0], torch.cuda.max_memory_allocated()) if cuda else overall.stop()
     return {"arm": arm, "how": how, "vocab": vocab, "completion": completion, "steps": len(step_times),

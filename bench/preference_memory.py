@@ -49,7 +49,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, OverallPeak, PhasePeak, pin_threads, run_self  # noqa: E402
+from _common import GiB, OverallPeak, PhasePeak, pin_threads, run_self, step_timer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINERS = ("dpo", "kto", "orpo", "cpo")
@@ -132,7 +132,6 @@ def child_preference(arm: str, trainer_name: str, vocab: int, length: int, pairs
 
     from peft import LoraConfig
     from tokenizers import pre_tokenizers
-    from transformers import TrainerCallback
 
     if arm == "slimrl":
         from slimrl.patches.registry import PatchFastRL
@@ -160,7 +159,7 @@ def child_preference(arm: str, trainer_name: str, vocab: int, length: int, pairs
                           train_dataset=make_dataset(trainer_name, tok, vocab, length, pairs, steps))
 
     overall = OverallPeak()
-    phase, working, step_times, seen = PhasePeak(overall), [], [], {"row_length": 0, "checkpointing_active": None}
+    phase, working, seen = PhasePeak(overall), [], {"row_length": 0, "checkpointing_active": None}
     compute_loss, backward = trainer.compute_loss, trainer.accelerator.backward
 
     def measured_compute_loss(model, inputs, *a, **kw):
@@ -180,15 +179,10 @@ def child_preference(arm: str, trainer_name: str, vocab: int, length: int, pairs
 
     trainer.compute_loss, trainer.accelerator.backward = measured_compute_loss, measured_backward
 
-    class StepTimer(TrainerCallback):
-        def on_step_begin(self, *a, **kw):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, *a, **kw):
-            step_times.append(time.perf_counter() - self.t0)
-
-    trainer.add_callback(StepTimer())
+    timer = step_timer()
+    trainer.add_callback(timer)
     trainer.train()
+    step_times = timer.times
     timed = step_times[1:] or step_times
     stats = getattr(trainer.model.get_base_model(), "_slimrl_offload_stats", None)  # set by the "offload" mode only
     seen["offload_tensors_seen"] = None if stats is None else stats.tensors_seen

@@ -36,6 +36,7 @@ from .rl_common import (
     _apply_checkpointing,
     _is_model,
     _reconcile_checkpointing,
+    config_post_init_maker,
     fused_head_symbol,
     make_config_init,
 )
@@ -49,16 +50,7 @@ def check_config(args) -> None:
     validation.check_learning_rate(args.learning_rate)
 
 
-def make_config_post_init(original):
-    @functools.wraps(original)
-    def __post_init__(self):
-        if not hasattr(self, "slimrl_num_chunks"):  # built through dataclasses.replace or a parser
-            self.slimrl_num_chunks = AUTO_CHUNKS
-        precision.resolve_config_precision(self)
-        check_config(self)
-        original(self)
-
-    return __post_init__
+make_config_post_init = config_post_init_maker(check_config)
 
 
 def check_max_length(model, args) -> None:

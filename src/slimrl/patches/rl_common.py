@@ -51,16 +51,24 @@ def make_config_init(original):
     return __init__
 
 
-def make_config_post_init(original):
-    @functools.wraps(original)
-    def __post_init__(self):
-        if not hasattr(self, "slimrl_num_chunks"):  # built through dataclasses.replace or a parser
-            self.slimrl_num_chunks = AUTO_CHUNKS
-        precision.resolve_config_precision(self)
-        validation.check_config(self)
-        original(self)
+def config_post_init_maker(check_config):
+    """A `make` for a config's `__post_init__` patch: default knob, precision, then `check_config`, then TRL's own."""
 
-    return __post_init__
+    def make_config_post_init(original):
+        @functools.wraps(original)
+        def __post_init__(self):
+            if not hasattr(self, "slimrl_num_chunks"):  # built through dataclasses.replace or a parser
+                self.slimrl_num_chunks = AUTO_CHUNKS
+            precision.resolve_config_precision(self)
+            check_config(self)
+            original(self)
+
+        return __post_init__
+
+    return make_config_post_init
+
+
+make_config_post_init = config_post_init_maker(validation.check_config)  # GRPO/RLOO: the rollout checks too
 
 
 def _is_model(obj) -> bool:
