@@ -146,3 +146,13 @@ def embedded_model_path(convert: Callable[[str, str], None] = convert_gguf_to_fo
     path = ensure_cached_folder(name, lambda tmp: convert(gguf_path, tmp), info={"source": gguf_path, "size": size})
     logger.info("Embedded model converted in %.1f s", time.perf_counter() - start)
     return path
+
+
+def gguf_cached_folder(gguf_path: str) -> str:
+    """A GGUF file's dequantized safetensors copy in slimrl's cache (what a vLLM engine loads), built once."""
+    gguf_path = os.path.abspath(gguf_path)
+    size = os.path.getsize(gguf_path)
+    stem = os.path.basename(gguf_path).removesuffix(".gguf")
+    name = f"{stem}-f32-v{CACHE_FORMAT}-{size}"
+    return ensure_cached_folder(name, lambda tmp: convert_gguf_to_folder(gguf_path, tmp),
+                                info={"source": gguf_path, "size": size})

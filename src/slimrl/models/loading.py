@@ -156,8 +156,12 @@ def _from_pretrained(path: str, dtype: torch.dtype, load_in_4bit: bool, device_t
 
 
 def load_model_and_tokenizer(model_name, max_seq_length: int = 2048, dtype=None, load_in_4bit: bool = False,
-                             **kwargs):
-    """Load (model, tokenizer) with slimrl's conventions; returns them plus the slimrl-only options."""
+                             local_folder: bool = False, **kwargs):
+    """Load (model, tokenizer) with slimrl's conventions; returns them plus the slimrl-only options.
+
+    local_folder: a GGUF file goes through a cached safetensors folder (what vLLM loads); the folder (or the Hub id)
+    the weights came from is returned as options["source_path"].
+    """
     hf_kwargs, options = split_kwargs(kwargs)
     if options.get("full_finetuning") and load_in_4bit:
         raise ValueError("full_finetuning=True and load_in_4bit=True: a 4-bit base cannot be fully fine-tuned.")
@@ -175,7 +179,9 @@ def load_model_and_tokenizer(model_name, max_seq_length: int = 2048, dtype=None,
         elif name.lower().endswith(".gguf"):
             if not os.path.isfile(name):
                 raise FileNotFoundError(f"GGUF file not found: {name}")
-            if load_in_4bit:
+            if local_folder and not load_in_4bit:
+                path = embedded.gguf_cached_folder(name)
+            elif load_in_4bit:
                 logger.info("GGUF + load_in_4bit: dequantizing %s, then quantizing to NF4", name)
                 temp_folder = tempfile.mkdtemp(prefix="slimrl-gguf-")
                 embedded.convert_gguf_to_folder(name, temp_folder)
@@ -185,6 +191,7 @@ def load_model_and_tokenizer(model_name, max_seq_length: int = 2048, dtype=None,
         else:
             path = name
         model, tokenizer = _from_pretrained(path, chosen, load_in_4bit, device_type, hf_kwargs)
+        options["source_path"] = path
     finally:
         if temp_folder is not None:
             shutil.rmtree(temp_folder, ignore_errors=True)

@@ -96,6 +96,11 @@ def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(random_state)
         peft_model = peft_get_peft_model(model, config)
+    if getattr(model, "vllm_engine", None) is not None:
+        import weakref
+
+        # fast_generate lives on the transformers model; in "lora" hand-over it saves the adapter through its owner
+        model._slimrl_peft_owner = weakref.ref(peft_model)
     logger.info("slimrl: LoRA r=%d alpha=%s on %s; trainable %d of %d parameters", r, lora_alpha, target_modules,
                 *_parameter_counts(peft_model))
     return checkpointing.apply_checkpointing(peft_model, mode)

@@ -38,6 +38,8 @@ class Patch:
     creates: the symbol is added where TRL has none (e.g. a top-level alias `trl.ORPOTrainer`): only the owner is
         checked, `make` gets None, and unpatch deletes the symbol again. Where TRL already defines the name, the
         patch is skipped and TRL's own object is left alone.
+    uses: (attribute, leading params) of the original that the replacement relies on without replacing them (e.g.
+        methods a subclass of the original overrides or calls); checked like `params`.
     """
 
     algorithm: str
@@ -47,6 +49,7 @@ class Patch:
     make: Callable[[Any], Any]
     doc: str = ""
     creates: bool = False
+    uses: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def seam(self) -> str:
@@ -146,15 +149,21 @@ def _check_seam(patch: Patch) -> Any:
         return owner_obj
     if current is _MISSING:
         raise PatchError(f"slimrl cannot patch {where}: `{patch.name}` is not defined on `{patch.owner}`.")
-    if patch.params is not None:
-        target = getattr(_unwrap_descriptor(current), "__slimrl_original__", current)
+    target = getattr(_unwrap_descriptor(current), "__slimrl_original__", current)
+    checks = [(where, target, patch.params)] if patch.params is not None else []
+    for attr, params in patch.uses:
+        used = getattr(target, attr, _MISSING)
+        if used is _MISSING:
+            raise PatchError(f"slimrl cannot patch {where}: it relies on `{patch.name}.{attr}`, which is gone.")
+        checks.append((f"{where} (its `{attr}`)", used, params))
+    for label, obj, params in checks:
         try:
-            names = tuple(inspect.signature(target).parameters)
+            names = tuple(inspect.signature(obj).parameters)
         except (TypeError, ValueError) as exc:
-            raise PatchError(f"slimrl cannot read the signature of {where}: {exc}") from exc
-        if names[: len(patch.params)] != patch.params:
+            raise PatchError(f"slimrl cannot read the signature of {label}: {exc}") from exc
+        if names[: len(params)] != params:
             raise PatchError(
-                f"slimrl cannot patch {where}: expected parameters starting with {patch.params}, found {names}. "
+                f"slimrl cannot patch {label}: expected parameters starting with {params}, found {names}. "
                 "This TRL version moved the seam; pin a supported TRL or upgrade slimrl."
             )
     return owner_obj

@@ -10,17 +10,21 @@ What they add, and nothing else:
 - `_generate_single_turn`: FastLanguageModel.for_inference / for_training around every rollout (KV cache on,
   checkpointing off, left padding; the training flag stays as TRL has it, so dropout sampling matches stock), and the
   max_seq_length check on the actual prompts.
+- `VLLMGeneration` (the name the trainer module calls): rollouts on the model's own vLLM engine when
+  FastLanguageModel.from_pretrained(fast_inference=True) attached one (see vllm_rollouts); TRL's class otherwise.
 - `training_step`: the step's peak memory (CUDA max allocated, or peak RSS on CPU) as the `peak_memory_gb` metric.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import warnings
 
 from ..memory import gib, peak_memory_bytes, reset_peak_memory
 from . import precision, validation
+from .vllm_rollouts import VLLM_GENERATION_USES, engine_rollouts, make_vllm_generation
 
 logger = logging.getLogger("slimrl")
 
@@ -42,9 +46,10 @@ def _num_chunks(slimrl_num_chunks, unsloth_num_chunks) -> int:
 
 def make_config_init(original):
     @functools.wraps(original)
-    def __init__(self, *args, slimrl_num_chunks=None, unsloth_num_chunks=None, **kwargs):
+    def __init__(self, *args, slimrl_num_chunks=None, unsloth_num_chunks=None, vllm_sampling_params=None, **kwargs):
         # Set before the dataclass __init__ so __post_init__ (and TRL's checks) can see them
         self.slimrl_num_chunks = _num_chunks(slimrl_num_chunks, unsloth_num_chunks)
+        self.vllm_sampling_params = vllm_sampling_params  # rollouts on the model's vLLM engine (vllm_rollouts.py)
         self._slimrl_user_fields = frozenset(kwargs)
         original(self, *args, **kwargs)
 
@@ -108,13 +113,16 @@ def make_trainer_init(original):
     @functools.wraps(original)
     def __init__(self, model, *args, **kwargs):
         trainer_args = kwargs.get("args", args[1] if len(args) > 1 else None)
-        if trainer_args is not None and _is_model(model):
-            precision.resolve_trainer_precision(trainer_args, model)
-            train_dataset = kwargs.get("train_dataset", args[2] if len(args) > 2 else None)
-            processing_class = kwargs.get("processing_class", args[4] if len(args) > 4 else None)
-            validation.check_max_seq_length(model, trainer_args, train_dataset, processing_class)
-            _reconcile_checkpointing(model, trainer_args)
-        original(self, model, *args, **kwargs)
+        checked = trainer_args is not None and _is_model(model)
+        # engine_rollouts first: vllm_sampling_params may set fields the checks below read (max_completion_length)
+        with engine_rollouts(model, trainer_args) if checked else contextlib.nullcontext():
+            if checked:
+                precision.resolve_trainer_precision(trainer_args, model)
+                train_dataset = kwargs.get("train_dataset", args[2] if len(args) > 2 else None)
+                processing_class = kwargs.get("processing_class", args[4] if len(args) > 4 else None)
+                validation.check_max_seq_length(model, trainer_args, train_dataset, processing_class)
+                _reconcile_checkpointing(model, trainer_args)
+            original(self, model, *args, **kwargs)
         from ..ops.logprob import set_num_chunks  # the knob the head reads at every call
 
         chunks = getattr(self.args, "slimrl_num_chunks", AUTO_CHUNKS)
@@ -182,6 +190,8 @@ def rl_trainer_patches(algorithm: str, module: str, trainer: str, config_module:
               "eval_dataset", "processing_class"), make_trainer_init, "model checks, chunking, checkpointing mode"),
         Patch(algorithm, trainer_path, "_generate_single_turn", ("self", "prompt_ids"), make_generate_single_turn,
               "inference/training mode around rollouts"),
+        Patch(algorithm, module, "VLLMGeneration", ("model", "accelerator", "processing_class", "mode"),
+              make_vllm_generation, "rollouts on the model's attached vLLM engine", uses=VLLM_GENERATION_USES),
         Patch(algorithm, trainer_path, "training_step", ("self", "model", "inputs", "num_items_in_batch"),
               make_training_step, "peak memory metric"),
     ]

