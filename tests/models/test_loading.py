@@ -60,7 +60,7 @@ def test_prepare_tokenizer_adds_pad_and_chatml(caplog):
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
 
-def test_fast_inference_names_the_pip_package_or_says_not_implemented(monkeypatch):
+def test_fast_inference_fails_before_loading_naming_the_pip_package(monkeypatch):
     import importlib.util
 
     import torch
@@ -75,9 +75,13 @@ def test_fast_inference_names_the_pip_package_or_says_not_implemented(monkeypatc
         monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
         with pytest.raises(ImportError, match=package):  # before any loading: "anything" is no model
             FastLanguageModel.from_pretrained("anything", fast_inference=True)
+    # vLLM present: the other checks still come before loading
     monkeypatch.setattr(importlib.util, "find_spec", find_spec(True))
-    with pytest.raises(NotImplementedError, match="fast_inference=False"):
-        FastLanguageModel.from_pretrained("anything", fast_inference=True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(NotImplementedError, match="load_in_4bit=True needs a CUDA GPU"):
+        FastLanguageModel.from_pretrained("anything", fast_inference=True, load_in_4bit=True)
+    with pytest.raises(ValueError, match="vllm_weight_sync must be one of"):
+        FastLanguageModel.from_pretrained("anything", fast_inference=True, vllm_weight_sync="copy")
 
 
 def test_unsloth_keywords(tiny_model_dir):

@@ -73,6 +73,25 @@ def _cpu_environment() -> None:
         logger.info("slimrl: vLLM threads bound to cores %s (the trainer's)", os.environ["VLLM_CPU_OMP_THREADS_BIND"])
 
 
+def cpu_kv_cache_bytes(model, dtype: torch.dtype, gpu_memory_utilization: float, total_ram: int | None = None) -> int:
+    """vLLM's CPU meaning of gpu_memory_utilization (the fraction of RAM the engine may use), for an in-process
+    engine: vLLM itself would subtract the whole process's RSS, i.e. the trainer's memory too. Here the engine's
+    share is its weight copy plus the KV cache, so KV = utilization × RAM − the weights in the engine's dtype."""
+    import psutil
+
+    total = total_ram if total_ram is not None else psutil.virtual_memory().total
+    weight_bytes = sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8
+    kv = int(gpu_memory_utilization * total) - weight_bytes
+    if kv <= 0:
+        raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization} gives the vLLM engine "
+                         f"{gpu_memory_utilization * total / 2**30:.2f} GiB of this machine's {total / 2**30:.1f} GiB "
+                         f"RAM, less than its {weight_bytes / 2**30:.2f} GiB of weights: raise it (on CPU it is the "
+                         "fraction of RAM the engine may use), or set vllm_engine_kwargs={'kv_cache_memory_bytes': N}.")
+    logger.info("slimrl: vLLM KV cache %.2f GiB (gpu_memory_utilization=%s of %.1f GiB RAM, minus %.2f GiB weights)",
+                kv / 2**30, gpu_memory_utilization, total / 2**30, weight_bytes / 2**30)
+    return kv
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -97,6 +116,8 @@ class VLLMEngine:
                       gpu_memory_utilization=gpu_memory_utilization, distributed_executor_backend="uni",
                       # the log-probs after temperature and logit processing: what TRL's IS correction compares to
                       logprobs_mode="processed_logprobs")
+        if device_type == "cpu" and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+            kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(model, self.dtype, gpu_memory_utilization)
         if self.weight_sync == "lora":
             kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=1)
         if device_type == "cuda":
