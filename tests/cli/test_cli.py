@@ -133,3 +133,12 @@ def test_doctor_reports_versions_and_optional_parts(capsys):
     for key in ("python", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "slimrl", "device",
                 "dtype", "vLLM", "bitsandbytes", "gguf", "embedded model"):
         assert key in out, key
+
+
+def test_only_given_flags_and_yaml_keys_count_as_user_settings(tmp_path):
+    from slimrl.cli.args import parse_grpo_args
+
+    config = tmp_path / "run.yaml"
+    config.write_text("beta: 0.1\n")
+    _, _, args = parse_grpo_args(["--bf16", "False", "--use_vllm=False", "--config", str(config)])
+    assert args._slimrl_user_fields == {"bf16", "use_vllm", "beta"}

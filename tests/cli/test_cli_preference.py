@@ -73,3 +73,8 @@ def test_two_step_run_leaves_adapter_metrics_plot(algorithm, tmp_path, restore_t
     assert "peak_memory_gb" in steps[0]  # the patched trainer's metric: the run went through slimrl's paths
     summary = json.loads((out / "eval.json").read_text())
     assert summary["eval_before"]["n"] == 2 and json.loads((out / "slimrl_run.json").read_text())["algorithm"] == algorithm
+
+
+def test_fast_inference_is_refused_for_preference_commands():
+    with pytest.raises(ValueError, match="--fast_inference.*slimrl grpo"):
+        parse_preference_args("dpo", ["--bf16", "False", "--fast_inference"])

@@ -103,7 +103,7 @@ def run_grpo(task_args, model_args, training_args) -> dict:
           f"{len(task.eval_dataset) if task.eval_dataset is not None else 0} eval prompts; output_dir {out}", flush=True)
 
     model, tokenizer = load_base(model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype,
-                                 model_args.load_in_4bit)
+                                 model_args.load_in_4bit, model_args)
     model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
     before = evaluate_task(model, tokenizer, task, task_args, training_args.max_completion_length, "before")
 

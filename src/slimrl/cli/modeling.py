@@ -16,10 +16,16 @@ from slimrl.models.fast_language_model import FastLanguageModel
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def load_base(model_name_or_path: str, max_seq_length: int = 512, dtype: str | None = None, load_in_4bit=False):
-    """(model, tokenizer)."""
+def load_base(model_name_or_path: str, max_seq_length: int = 512, dtype: str | None = None, load_in_4bit=False,
+              model_args=None):
+    """(model, tokenizer); `model_args` with fast_inference=True also builds the vLLM engine."""
+    vllm = {}
+    if model_args is not None and getattr(model_args, "fast_inference", False):
+        vllm = dict(fast_inference=True, gpu_memory_utilization=model_args.gpu_memory_utilization,
+                    vllm_engine_kwargs={"enforce_eager": True} if model_args.vllm_enforce_eager else None)
     return FastLanguageModel.from_pretrained(model_name_or_path, max_seq_length=max_seq_length,
-                                             dtype=_DTYPES.get(dtype) if dtype else None, load_in_4bit=load_in_4bit)
+                                             dtype=_DTYPES.get(dtype) if dtype else None, load_in_4bit=load_in_4bit,
+                                             **vllm)
 
 
 def add_lora(model, model_args, gradient_checkpointing: bool, seed: int):
