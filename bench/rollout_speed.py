@@ -191,6 +191,8 @@ def main() -> int:
     children = {"hf": ["--child", "hf"], "hf+lora": ["--child", "hf", "--lora"], "vllm": ["--child", "vllm"],
                 "hf-static": ["--child", "hf", "--hf_mode", "static"],
                 "hf-compile": ["--child", "hf", "--hf_mode", "compile"],
+                "hf+lora-static": ["--child", "hf", "--lora", "--hf_mode", "static"],
+                "hf+lora-compile": ["--child", "hf", "--lora", "--hf_mode", "compile"],
                 "vllm+merged": ["--child", "vllm", "--lora", "--sync", "merged"],
                 "vllm+lora": ["--child", "vllm", "--lora", "--sync", "lora"],
                 "grpo-hf": ["--child", "grpo"], "grpo-vllm": ["--child", "grpo", "--sync", "auto"]}
@@ -208,6 +210,8 @@ def main() -> int:
             if "results" not in r:
                 continue
             ref = by_arm.get("hf+lora" if "+" in r["arm"] else "hf", {}).get("results", {})
+            if not all(str(b) in ref for b in args.batches):
+                ref = {}
             cells = [str(r["results"][str(b)]["tokens_per_s"]) for b in args.batches]
             ratios = [f"{r['results'][str(b)]['tokens_per_s'] / ref[str(b)]['tokens_per_s']:.1f}×"
                       for b in args.batches if str(b) in ref]

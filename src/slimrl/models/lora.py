@@ -99,6 +99,7 @@ def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16
     if getattr(model, "vllm_engine", None) is not None:
         import weakref
 
+        model.vllm_engine.check_rank(peft_model)  # now, not at the first rollout
         # fast_generate lives on the transformers model; in "lora" hand-over it saves the adapter through its owner
         model._slimrl_peft_owner = weakref.ref(peft_model)
     logger.info("slimrl: LoRA r=%d alpha=%s on %s; trainable %d of %d parameters", r, lora_alpha, target_modules,

@@ -163,7 +163,8 @@ def make_vllm_generation(original):
         def __init__(self, engine, sleep_between: bool, sampling_overrides: dict, **kwargs):
             self.engine = engine
             self.sleep_between = sleep_between
-            kwargs.update(mode="colocate", enable_sleep_mode=False)  # slimrl sleeps/wakes the engine itself
+            # one engine per process, slimrl sleeps/wakes it itself (TRL's level-2 sleep would drop the weights)
+            kwargs.update(mode="colocate", enable_sleep_mode=False, tensor_parallel_size=1)
             generation_kwargs = dict(kwargs.get("generation_kwargs") or {})
             generation_kwargs.update({k: v for k, v in sampling_overrides.items() if k not in _SHARED_FIELDS})
             kwargs["generation_kwargs"] = generation_kwargs
