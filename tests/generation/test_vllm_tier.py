@@ -195,3 +195,26 @@ def test_explicit_use_vllm_false_keeps_hf_generate(patched, tiny_engine_model):
         trainer = _grpo(model, tokenizer, steps=1, use_vllm=False)
     assert not trainer.use_vllm and not hasattr(trainer, "vllm_generation")
     model.unload()
+
+
+def test_cli_grpo_fast_inference_runs_and_exits_cleanly(tiny_folder, tmp_path):
+    """`slimrl grpo --fast_inference` end to end, in its own process (it shuts its engine down at the end)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "slimrl.cli", "grpo", "--fast_inference", "--vllm_enforce_eager",
+         "--gpu_memory_utilization", "0.05", "--model_name_or_path", tiny_folder, "--max_steps", "2",
+         "--max_completion_length", "8", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
+         "--num_generations", "4", "--num_train_samples", "16", "--num_eval_samples", "4", "--bf16", "False",
+         "--dtype", "float32", "--output_dir", str(out), "--plot", "False"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    gaps = [r["sampling/sampling_logp_difference/max"] for r in rows if "sampling/sampling_logp_difference/max" in r]
+    assert len(gaps) == 2 and max(gaps) < 1e-4  # the rollouts came from the engine, with the current adapter
+    assert (out / "adapter_model.safetensors").is_file()

@@ -126,6 +126,9 @@ def run_grpo(task_args, model_args, training_args) -> dict:
     run_info = {"model_name_or_path": model_args.model_name_or_path, "dtype": model_args.dtype,
                 "task": task.name if not task_args.dataset_name else None, "task_info": task.info,
                 "max_completion_length": training_args.max_completion_length, "seed": training_args.seed}
+    engine = getattr(model, "vllm_engine", None)
+    if engine is not None:
+        engine.close()  # before trainer.end() destroys the process group vLLM set up
     if hasattr(trainer, "end"):
         trainer.end()
     return write_run_outputs(out, run_info, before, after, train_seconds, wall0, training_args.max_steps,

@@ -217,8 +217,13 @@ class VLLMEngine:
             self.sleeping = False
 
     def close(self) -> None:
+        """Shut the engine down now (idempotent). Needed before anything tears torch.distributed down (the HF
+        Trainer's end of training does): vLLM's own exit-time shutdown would then find its process group gone."""
         if self._folders is not None:
             self._folders.cleanup()
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
 
 
 def attach_engine(model, engine: VLLMEngine) -> None:
