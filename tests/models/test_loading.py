@@ -118,5 +118,17 @@ def test_gguf_routing(tiny_model_dir, tmp_path, monkeypatch):
     assert four_bit and "gguf_file" not in kwargs and listing == ["converted-from"]
     assert not os.path.exists(temp_path)
 
+    # GGUF + a vLLM engine (local_folder): a cached safetensors copy, built once, is what both load
+    monkeypatch.setenv("SLIMRL_CACHE", str(tmp_path / "cache"))
+    conversions = []
+    monkeypatch.setattr(embedded, "convert_gguf_to_folder", lambda src, out: conversions.append(src) or open(
+        os.path.join(out, "converted-from"), "w").write(src))
+    model, _, options = loading.load_model_and_tokenizer(str(gguf), dtype="float32", local_folder=True)
+    cached, four_bit, kwargs, listing = calls[-1]
+    assert cached == options["source_path"] and cached.startswith(str(tmp_path / "cache" / "models"))
+    assert "gguf_file" not in kwargs and "converted-from" in listing
+    loading.load_model_and_tokenizer(str(gguf), dtype="float32", local_folder=True)
+    assert calls[-1][0] == cached and conversions == [str(gguf)]  # reused, not converted again
+
     with pytest.raises(FileNotFoundError):
         FastLanguageModel.from_pretrained(str(tmp_path / "missing.gguf"))
