@@ -30,15 +30,7 @@ RTOL = P.RTOL
 SGD_LR = 0.05
 EXTRA_PATCHED_METRICS = {"peak_memory_gb"}
 
-PROMPTS = [
-    "what is 3 plus 4 ?",
-    "please compute the sum of 12 and 7 and write the final answer",
-    "hello world",
-    "solve 8 times 9 step by step",
-    "how many numbers are in this question ?",
-    "the answer is",
-    "write the product of 6 and 7",
-]
+PROMPTS = [*P.PROMPTS, "write the product of 6 and 7"]  # the same prompts as the DPO/KTO harness
 GOOD = ["7", "the answer is 19 .", "hello", "8 times 9 is 72 and that is the final result", "eight", "yes", "42 ."]
 BAD = ["8 or 9 or maybe 10", "no", "good bye world and thanks", "71", "i think it is many numbers", "no no", "6"]
 

@@ -38,15 +38,7 @@ SLIMRL_HEAD, STOCK_HEAD = "slimrl/ops/logprob.py", "trl/trainer/utils.py"
 # gradients then amplify the 2e-7 first-step difference to 1-4e-5 (conditioning, not the head; 1.7e-6 at 0.01).
 SGD_LR, FULL_FT_SGD_LR = 0.05, 0.01
 
-PROMPTS = [
-    "what is 3 plus 4 ?",
-    "please compute the sum of 12 and 7 and write the final answer",
-    "hello world",
-    "solve 8 times 9 step by step",
-    "how many numbers are in this question ?",
-    "the answer is",
-    "write the product of 6 and 7",
-]
+PROMPTS = [*P.PROMPTS, "write the product of 6 and 7"]  # GRPO's prompts, one more for odd batch sizes
 GOOD = ["7", "the answer is 19 .", "hello", "8 times 9 is 72 and that is the final result", "eight", "yes", "42 ."]
 BAD = ["8 or 9 or maybe 10", "no", "good bye world and thanks", "71", "i think it is many numbers", "no no", "6"]
 
