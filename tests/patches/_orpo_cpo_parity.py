@@ -126,15 +126,7 @@ def assert_traces_match(stock: Trace, patched: Trace, rtol: float = RTOL, metric
         assert s_in.keys() == p_in.keys(), f"micro-step {i}: batch keys {sorted(s_in)} != {sorted(p_in)}"
         for key in s_in:
             assert torch.equal(s_in[key], p_in[key]), f"micro-step {i}: {key} differs (batches diverged)"
-    for i, (ls, lp) in enumerate(zip(stock.losses, patched.losses)):
-        assert abs(lp - ls) <= rtol * abs(ls) + 1e-7, f"micro-step {i}: loss patched {lp!r} != stock {ls!r}"
-    for i, (gs, gp) in enumerate(zip(stock.grads, patched.grads)):
-        assert gs.keys() == gp.keys(), f"micro-step {i}: parameters with a gradient differ"
-        assert gs, f"micro-step {i}: no parameter received a gradient"
-        for name in gs:
-            P.assert_close_rel(gp[name], gs[name], f"micro-step {i}: grad of {name}", rtol)
-    for name in stock.params:
-        P.assert_close_rel(patched.params[name], stock.params[name], f"final {name}", rtol)
+    P.assert_steps_match(stock, patched, rtol)
     assert stock.metrics, "stock logged no metric"
     assert set(stock.metrics) <= set(patched.metrics) <= set(stock.metrics) | EXTRA_PATCHED_METRICS, (
         sorted(stock.metrics), sorted(patched.metrics))

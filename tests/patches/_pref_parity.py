@@ -190,15 +190,7 @@ def assert_traces_match(stock: Trace, patched: Trace, rtol: float = RTOL) -> Non
                 P.assert_close_rel(p_in[key], s_in[key], f"micro-step {i}: {key}", rtol)
             else:
                 assert torch.equal(s_in[key], p_in[key]), f"micro-step {i}: {key} differs (batches diverged)"
-    for i, (ls, lp) in enumerate(zip(stock.losses, patched.losses)):
-        assert abs(lp - ls) <= rtol * abs(ls) + 1e-7, f"micro-step {i}: loss patched {lp!r} != stock {ls!r}"
-    for i, (gs, gp) in enumerate(zip(stock.grads, patched.grads)):
-        assert gs.keys() == gp.keys(), f"micro-step {i}: parameters with a gradient differ"
-        assert gs, f"micro-step {i}: no parameter received a gradient"
-        for name in gs:
-            P.assert_close_rel(gp[name], gs[name], f"micro-step {i}: grad of {name}", rtol)
-    for name in stock.params:
-        P.assert_close_rel(patched.params[name], stock.params[name], f"final {name}", rtol)
+    P.assert_steps_match(stock, patched, rtol)
     assert set(patched.metrics) == set(stock.metrics) | {"peak_memory_gb"}, (sorted(stock.metrics),
                                                                              sorted(patched.metrics))
     assert len(patched.metrics["peak_memory_gb"]) == len(stock.losses)
