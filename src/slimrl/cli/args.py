@@ -121,7 +121,7 @@ def mark_user_fields(training_args, argv: list[str]) -> None:
     import dataclasses
 
     given = {a[2:].split("=", 1)[0] for a in argv if a.startswith("--")}
-    if "config" in given or any(a.startswith("--config") for a in argv):
+    if "config" in given:
         path = argv[argv.index("--config") + 1] if "--config" in argv else next(
             a.split("=", 1)[1] for a in argv if a.startswith("--config="))
         import yaml

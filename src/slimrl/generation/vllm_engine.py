@@ -174,14 +174,14 @@ class VLLMEngine:
         if key == self._held:
             return
         self.wake()
-        lora = weights.has_lora(model) and use_adapter
-        if self.weight_sync == "lora" and weights.has_lora(model):
+        has_lora = weights.has_lora(model)
+        if self.weight_sync == "lora" and has_lora:
             peft_model = peft_owner(model)
             self.check_rank(peft_model)
             if self.lora_request is not None:
                 self.llm.llm_engine.remove_lora(self.lora_request.lora_int_id)
                 self.lora_request = None
-            if lora:
+            if use_adapter:
                 from vllm.lora.request import LoRARequest
 
                 self._adapter_id += 1  # a fresh id per update: vLLM caches adapters by id
@@ -189,7 +189,7 @@ class VLLMEngine:
                 self.lora_request = LoRARequest(f"slimrl-{self._adapter_id}", self._adapter_id, path)
         else:
             weights.check_mergeable(model)
-            self._reload(weights.engine_weights(model, self.dtype, use_adapter=lora))
+            self._reload(weights.engine_weights(model, self.dtype, use_adapter=has_lora and use_adapter))
         self._held = key
         self.sync_count += 1
 

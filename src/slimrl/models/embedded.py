@@ -135,24 +135,25 @@ def convert_gguf_to_folder(gguf_path: str, out_dir: str) -> None:
 
 def embedded_model_path(convert: Callable[[str, str], None] = convert_gguf_to_folder) -> str:
     """Folder holding the embedded model as safetensors + tokenizer, converting the GGUF on first use."""
-    gguf_path = embedded_gguf_path()
+    return gguf_cached_folder(embedded_gguf_path(), stem="SmolLM2-135M-Instruct-Q4_1", convert=convert)
+
+
+def gguf_cached_folder(gguf_path: str, stem: str | None = None,
+                       convert: Callable[[str, str], None] | None = None) -> str:
+    """A GGUF file's dequantized safetensors copy in slimrl's cache (what a vLLM engine loads), built once.
+
+    stem: the cache entry's name before the format/size suffix (default: the file name without `.gguf`).
+    """
+    gguf_path = os.path.abspath(gguf_path)
+    convert = convert or convert_gguf_to_folder
     size = os.path.getsize(gguf_path)
-    name = f"SmolLM2-135M-Instruct-Q4_1-f32-v{CACHE_FORMAT}-{size}"
+    stem = stem or os.path.basename(gguf_path).removesuffix(".gguf")
+    name = f"{stem}-f32-v{CACHE_FORMAT}-{size}"
     folder = cache_root() / "models" / name
     if _is_complete(folder):
         return str(folder)
-    logger.info("Converting the embedded model %s to safetensors in %s (once; ~15 s)", gguf_path, folder)
+    logger.info("Converting %s to safetensors in %s (once; ~15 s for the embedded model)", gguf_path, folder)
     start = time.perf_counter()
     path = ensure_cached_folder(name, lambda tmp: convert(gguf_path, tmp), info={"source": gguf_path, "size": size})
-    logger.info("Embedded model converted in %.1f s", time.perf_counter() - start)
+    logger.info("Converted in %.1f s", time.perf_counter() - start)
     return path
-
-
-def gguf_cached_folder(gguf_path: str) -> str:
-    """A GGUF file's dequantized safetensors copy in slimrl's cache (what a vLLM engine loads), built once."""
-    gguf_path = os.path.abspath(gguf_path)
-    size = os.path.getsize(gguf_path)
-    stem = os.path.basename(gguf_path).removesuffix(".gguf")
-    name = f"{stem}-f32-v{CACHE_FORMAT}-{size}"
-    return ensure_cached_folder(name, lambda tmp: convert_gguf_to_folder(gguf_path, tmp),
-                                info={"source": gguf_path, "size": size})

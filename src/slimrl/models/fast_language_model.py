@@ -1,8 +1,8 @@
 """FastLanguageModel: the Unsloth-compatible entry point (from_pretrained, get_peft_model, for_inference/training).
 
 The class only holds static methods; the work lives in loading.py, embedded.py, quantization.py, lora.py,
-checkpointing.py and modes.py (and slimrl.generation for fast_inference). Attributes other slimrl modules rely on (all readable through a PeftModel, whose
-`__getattr__` forwards to the transformers model):
+checkpointing.py and modes.py (slimrl.generation for fast_inference). Attributes other slimrl modules rely on
+(all readable through a PeftModel, whose `__getattr__` forwards to the transformers model):
   model.max_seq_length          the max_seq_length given to from_pretrained (or get_peft_model)
   model._slimrl_tokenizer       the tokenizer from_pretrained returned (padding side switched by the mode calls)
   model._slimrl_dtype           the dtype chosen at load time
@@ -21,13 +21,14 @@ from .loading import load_model_and_tokenizer
 
 logger = logging.getLogger("slimrl")
 
-def check_fast_inference(load_in_4bit: bool) -> None:
+def check_fast_inference(load_in_4bit: bool, vllm_weight_sync: str) -> None:
     """What fast_inference=True needs, checked before any loading."""
     import torch
 
-    from ..generation.vllm_engine import require_vllm
+    from ..generation.vllm_engine import require_vllm, resolve_weight_sync
 
     require_vllm()
+    resolve_weight_sync(vllm_weight_sync, "cpu")  # only for its check of the value
     if load_in_4bit and not torch.cuda.is_available():
         raise NotImplementedError("fast_inference=True with load_in_4bit=True needs a CUDA GPU (vLLM's bitsandbytes "
                                   "path); on CPU use one of them.")
@@ -59,10 +60,7 @@ class FastLanguageModel:
             Unsloth-only options without meaning here are warned about and ignored.
         """
         if fast_inference:
-            check_fast_inference(load_in_4bit)
-            from ..generation.vllm_engine import resolve_weight_sync
-
-            resolve_weight_sync(vllm_weight_sync, "cpu")  # a bad value fails before loading
+            check_fast_inference(load_in_4bit, vllm_weight_sync)
         model, tokenizer, options = load_model_and_tokenizer(
             model_name, max_seq_length=max_seq_length, dtype=dtype, load_in_4bit=load_in_4bit,
             local_folder=fast_inference, **kwargs
