@@ -1,11 +1,19 @@
-"""slimrl.ops.logprob.add_fused_lm_head vs TRL's add_fused_lm_head and a naive full-logits reference."""
+"""slimrl.ops.logprob.add_fused_lm_head vs TRL's add_fused_lm_head (stock, float32) and a naive full-logits head in
+float64 (the reference), compared by the parity rule of tests/patches/_parity.py: slimrl's error against the
+reference is at most K x TRL's own error plus a floor, so the suite holds on any CPU's rounding.
+
+Odd vocabulary size, an all-masked row, chunk counts that do not divide the tokens; the negative control scales
+slimrl's temperature by 1.001 and must fail the same comparison.
+"""
 
 from __future__ import annotations
 
 import copy
 
+import _parity as P
 import pytest
 import torch
+from _reference import naive_fused_lm_head, naive_outputs
 
 from slimrl.ops import lean_logprob
 from slimrl.ops.lean_logprob import LeanLogProbFunction
@@ -15,30 +23,6 @@ from slimrl.testing import tiny_llama
 trl_utils = pytest.importorskip("trl.trainer.utils")
 ALL = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
 V = 777  # not a multiple of any tile or chunk
-
-
-def _naive(model, ids, labels, temperature=1.0, softcap=None, logit_scale=1.0):
-    """Full logits -> log_softmax(z / T) gathered, entropy etc.; zeros at -100 (the reference semantics)."""
-    hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
-    z = model.lm_head(hidden).float() * logit_scale
-    if softcap is not None:
-        z = softcap * torch.tanh(z / softcap)
-    z = z / temperature
-    labels = labels[:, 1:]
-    mask = labels != -100
-    logp_all = torch.log_softmax(z, -1)
-    lp = logp_all.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    p = logp_all.exp()
-    ent = -(p * logp_all).sum(-1)
-    zero = torch.zeros_like(lp)
-    return {
-        "log_probs": torch.where(mask, lp, zero),
-        "entropy": torch.where(mask, ent, zero),
-        "log_sum_sq_probs": torch.where(mask, torch.logsumexp(2 * logp_all, -1), zero),
-        "mean_logits": torch.where(mask, z.mean(-1), zero),
-        "is_top1": mask & (z.argmax(-1) == labels),
-        "loss": -torch.where(mask, lp, zero).sum() / mask.sum().clamp(min=1),
-    }
 
 
 def _batch(seed=0, rows=3, T=19, vocab=V):
@@ -51,84 +35,88 @@ def _batch(seed=0, rows=3, T=19, vocab=V):
     return ids, labels
 
 
-def _pair(outputs=ALL, temperature=1.0, **model_kwargs):
+def _triple(outputs=ALL, temperature=1.0, ours_temperature=None, **model_kwargs):
+    """(slimrl's head, TRL's head, naive float64 head) on copies of one tiny model."""
     ours = tiny_llama(vocab_size=V, hidden_size=32, **model_kwargs)
-    theirs = copy.deepcopy(ours)
-    add_fused_lm_head(ours, temperature=temperature, outputs=outputs)
+    theirs, ref = copy.deepcopy(ours), copy.deepcopy(ours).to(torch.float64)
+    add_fused_lm_head(ours, temperature=ours_temperature or temperature, outputs=outputs)
     trl_utils.add_fused_lm_head(theirs, temperature=temperature, outputs=outputs)
-    return ours, theirs
+    naive_fused_lm_head(ref, temperature=temperature, outputs=outputs)
+    return ours, theirs, ref
 
 
-def _close(a, b, rtol=1e-5, atol=1e-6):
-    if a.dtype == torch.bool:
-        return torch.equal(a, b)
-    return torch.allclose(a.float(), b.float(), rtol=rtol, atol=atol)
+def _forward(models, **kwargs):
+    return [m(**kwargs, fused_lm_head=True) for m in models]
+
+
+def _check_outputs(outs, fields=ALL + ("loss",)):
+    for field in fields:
+        ours, theirs, ref = (getattr(o, field) for o in outs)
+        if ours.dtype == torch.bool:
+            assert torch.equal(ours, theirs) and torch.equal(ours, ref), field
+        else:
+            P.check(f"output {field}", ours.detach(), theirs.detach(), ref.detach())
 
 
 def _grads(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+def _check_grads(models):
+    grads = [_grads(m) for m in models]
+    assert grads[0] and grads[0].keys() == grads[1].keys() == grads[2].keys()
+    for name in grads[0]:
+        P.check(f"grad {name}", grads[0][name], grads[1][name], grads[2][name])
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("entropy_grad", [False, True])
 def test_values_and_grads_match_trl_and_naive(temperature, entropy_grad):
-    ours, theirs = _pair(temperature=temperature)
-    ref_model = copy.deepcopy(theirs)
+    models = _triple(temperature=temperature)
     ids, labels = _batch()
-    o1 = ours(input_ids=ids, labels=labels, fused_lm_head=True)
-    o2 = theirs(input_ids=ids, labels=labels, fused_lm_head=True)
-    ref = _naive(ref_model, ids, labels, temperature)
-    for field in ALL + ("loss",):
-        assert _close(getattr(o1, field), getattr(o2, field)), field
-        assert _close(getattr(o1, field), ref[field]), field
-    assert torch.equal(o1.label_mask, o2.label_mask)
-    w = torch.linspace(-1, 1, o1.log_probs.numel()).view_as(o1.log_probs)
+    outs = _forward(models, input_ids=ids, labels=labels)
+    _check_outputs(outs)
+    assert torch.equal(outs[0].label_mask, outs[1].label_mask)
+    w = torch.linspace(-1, 1, outs[0].log_probs.numel()).view_as(outs[0].log_probs)
+    for o in outs:
+        ((w.to(o.log_probs.dtype) * o.log_probs).sum() + (0.3 * o.entropy.sum() if entropy_grad else 0)).backward()
+    assert "lm_head.weight" in _grads(models[0])
+    _check_grads(models)
 
-    def objective(o):
-        return (w * o["log_probs"]).sum() + (0.3 * o["entropy"].sum() if entropy_grad else 0)
 
-    objective(o1).backward()
-    objective(o2).backward()
-    objective(ref).backward()
-    g1, g2, g3 = _grads(ours), _grads(theirs), _grads(ref_model)
-    assert g1.keys() == g2.keys() and "lm_head.weight" in g1
-    for name in g1:
-        scale = g3[name].abs().max().clamp(min=1e-8)
-        assert (g1[name] - g2[name]).abs().max() / scale < 1e-5, name
-        assert (g1[name] - g3[name]).abs().max() / scale < 1e-5, name
+def test_negative_control_temperature_off_by_a_thousandth():
+    models = _triple(temperature=0.7, ours_temperature=0.7 * 1.001)
+    ids, labels = _batch()
+    with pytest.raises(AssertionError, match="output log_probs"):
+        _check_outputs(_forward(models, input_ids=ids, labels=labels), ("log_probs",))
 
 
 def test_tied_embeddings_full_finetune():
-    ours, theirs = _pair(outputs=("log_probs", "entropy"), tie_word_embeddings=True)
-    assert ours.lm_head.weight is ours.model.embed_tokens.weight
+    models = _triple(outputs=("log_probs", "entropy"), tie_word_embeddings=True)
+    assert models[0].lm_head.weight is models[0].model.embed_tokens.weight
     ids, labels = _batch(1)
-    for m in (ours, theirs):
-        m(input_ids=ids, labels=labels, fused_lm_head=True).loss.backward()
-    g1, g2 = _grads(ours), _grads(theirs)
-    for name in g2:
-        assert torch.allclose(g1[name], g2[name], rtol=1e-5, atol=1e-7), name
+    for out in _forward(models, input_ids=ids, labels=labels):
+        out.loss.backward()
+    _check_grads(models)
 
 
 def test_lora_grads_and_knob_on_base_model():
     from peft import LoraConfig, get_peft_model
 
     cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
-    ours, theirs = _pair(outputs=("log_probs", "entropy"))
-    ours, theirs = get_peft_model(ours, copy.deepcopy(cfg)), get_peft_model(theirs, copy.deepcopy(cfg))
-    theirs.load_state_dict(ours.state_dict())
-    set_num_chunks(ours, 3)  # lands on the base model, read at call time
-    assert getattr(ours.get_base_model(), NUM_CHUNKS_ATTR) == 3
+    models = [get_peft_model(m, copy.deepcopy(cfg)) for m in _triple(outputs=("log_probs", "entropy"))]
+    for m in models[1:]:
+        m.load_state_dict({k: v.to(next(m.parameters()).dtype) for k, v in models[0].state_dict().items()})
+    set_num_chunks(models[0], 3)  # lands on the base model, read at call time
+    assert getattr(models[0].get_base_model(), NUM_CHUNKS_ATTR) == 3
     ids, labels = _batch(2)
-    o1 = ours(input_ids=ids, labels=labels, fused_lm_head=True)
-    o2 = theirs(input_ids=ids, labels=labels, fused_lm_head=True)
+    outs = _forward(models, input_ids=ids, labels=labels)
     assert LeanLogProbFunction.last_forward_chunks == 3
-    assert _close(o1.log_probs, o2.log_probs) and _close(o1.entropy, o2.entropy)
-    o1.loss.backward()
-    o2.loss.backward()
-    g1, g2 = _grads(ours), _grads(theirs)
-    assert g1 and all("lora" in n for n in g1) and g1.keys() == g2.keys()
-    for name in g1:
-        assert torch.allclose(g1[name], g2[name], rtol=1e-5, atol=1e-8), name
+    _check_outputs(outs, ("log_probs", "entropy", "loss"))
+    for out in outs:
+        out.loss.backward()
+    assert all("lora" in n for n in _grads(models[0]))
+    _check_grads(models)
 
 
 @pytest.mark.parametrize("num_chunks", [1, 2, 5, 7, 1000])
@@ -139,16 +127,25 @@ def test_chunk_knob_acts_and_keeps_results(num_chunks):
     weight = (torch.randn(V, H) * 0.3).requires_grad_()
     bias = (torch.randn(V) * 0.1).requires_grad_()
     targets = torch.randint(0, V, (N,))
-    ref_out = fused_logprobs(hidden, weight, bias, targets, 0.9, None, 1.0, ALL, num_chunks=1)
-    ref_grads = torch.autograd.grad(ref_out[0].sum() + ref_out[1].sum(), (hidden, weight, bias))
     out = fused_logprobs(hidden, weight, bias, targets, 0.9, None, 1.0, ALL, num_chunks=num_chunks)
     assert LeanLogProbFunction.last_forward_chunks == min(num_chunks, N)
     grads = torch.autograd.grad(out[0].sum() + out[1].sum(), (hidden, weight, bias))
     assert LeanLogProbFunction.last_backward_chunks == min(num_chunks, N)
-    for a, b in zip(out, ref_out):
-        assert _close(a, b)
-    for a, b in zip(grads, ref_grads):
-        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    # stock: TRL's tiled op on the same float32 inputs; reference: naive float64
+    from trl.kernels.chunked_logprob import ChunkedLogProbFunction
+
+    stock = ChunkedLogProbFunction.apply(hidden, weight, bias, targets, 0.9, 256, None, 1.0, ALL)
+    stock_grads = torch.autograd.grad(stock[0].sum() + stock[1].sum(), (hidden, weight, bias))
+    h, w, b = (x.detach().double().requires_grad_() for x in (hidden, weight, bias))
+    ref = naive_outputs((h @ w.T + b) / 0.9, targets)
+    ref_grads = torch.autograd.grad(ref["log_probs"].sum() + ref["entropy"].sum(), (h, w, b))
+    for name, ours_x, stock_x in zip(ALL, out, stock):
+        if name == "is_top1":
+            assert torch.equal(ours_x, stock_x) and torch.equal(ours_x, ref[name])
+        else:
+            P.check(f"chunks={num_chunks}: {name}", ours_x.detach(), stock_x.detach(), ref[name].detach())
+    for name, g_ours, g_stock, g_ref in zip(("hidden", "weight", "bias"), grads, stock_grads, ref_grads):
+        P.check(f"chunks={num_chunks}: grad {name}", g_ours, g_stock, g_ref)
 
 
 def test_more_chunks_less_scratch_memory():
@@ -179,7 +176,8 @@ def test_more_chunks_less_scratch_memory():
 
 
 def test_all_masked_stays_connected_and_one_token():
-    ours, theirs = _pair(outputs=("log_probs", "entropy"))
+    models = _triple(outputs=("log_probs", "entropy"))
+    ours = models[0]
     ids, labels = _batch(3)
     labels[:] = -100
     out = ours(input_ids=ids, labels=labels, fused_lm_head=True)
@@ -188,59 +186,49 @@ def test_all_masked_stays_connected_and_one_token():
     assert all(torch.count_nonzero(g) == 0 for g in _grads(ours).values())
     labels[0, 10] = ids[0, 10]  # exactly one scored token
     setattr(ours, NUM_CHUNKS_ATTR, 1000)  # one token per chunk: the chunk count is the number of scored positions
-    o1 = ours(input_ids=ids, labels=labels, fused_lm_head=True)
-    o2 = theirs(input_ids=ids, labels=labels, fused_lm_head=True)
-    assert LeanLogProbFunction.last_forward_chunks == 1 and int(o1.label_mask.sum()) == 1  # prompt/padding unscored
-    assert _close(o1.log_probs, o2.log_probs) and _close(o1.entropy, o2.entropy)
+    outs = _forward(models, input_ids=ids, labels=labels)
+    assert LeanLogProbFunction.last_forward_chunks == 1 and int(outs[0].label_mask.sum()) == 1  # prompt unscored
+    _check_outputs(outs, ("log_probs", "entropy"))
 
 
 def test_shift_labels_and_num_items_in_batch():
-    ours, theirs = _pair()
+    models = _triple()
     ids, labels = _batch(4)
     shift = torch.cat([labels[:, 1:], torch.full((labels.shape[0], 1), -100)], 1)
-    o1 = ours(input_ids=ids, shift_labels=shift, fused_lm_head=True, num_items_in_batch=13)
-    o2 = theirs(input_ids=ids, shift_labels=shift, fused_lm_head=True, num_items_in_batch=13)
-    assert o1.log_probs.shape == ids.shape
-    assert _close(o1.loss, o2.loss) and _close(o1.log_probs, o2.log_probs)
-    unshifted = ours(input_ids=ids, labels=labels, fused_lm_head=True)
-    assert _close(o1.log_probs[:, :-1], unshifted.log_probs)
+    outs = _forward(models, input_ids=ids, shift_labels=shift, num_items_in_batch=13)
+    assert outs[0].log_probs.shape == ids.shape
+    _check_outputs(outs, ("loss", "log_probs"))
+    unshifted = models[0](input_ids=ids, labels=labels, fused_lm_head=True)
+    assert torch.equal(outs[0].log_probs[:, :-1], unshifted.log_probs)  # the same scored rows, the same chunks
 
 
 @pytest.mark.parametrize("config", [{"final_logit_softcapping": 2.5}, {"logit_scale": 0.5},
                                     {"final_logit_softcapping": 4.0, "logits_scaling": 2.0}])
 def test_softcap_and_logit_scale_configs(config):
-    ours, theirs = _pair(outputs=("log_probs", "entropy"), temperature=0.8, **config)
-    ref_model = copy.deepcopy(theirs)
-    scale = config.get("logit_scale", 1 / config.get("logits_scaling", 1.0))
+    models = _triple(outputs=("log_probs", "entropy"), temperature=0.8, **config)
     ids, labels = _batch(5)
-    o1 = ours(input_ids=ids, labels=labels, fused_lm_head=True)
-    o2 = theirs(input_ids=ids, labels=labels, fused_lm_head=True)
-    ref = _naive(ref_model, ids, labels, 0.8, config.get("final_logit_softcapping"), scale)
-    for field in ("log_probs", "entropy"):
-        assert _close(getattr(o1, field), getattr(o2, field)) and _close(getattr(o1, field), ref[field]), field
-    (o1.log_probs.sum() + o1.entropy.sum()).backward()
-    (ref["log_probs"].sum() + ref["entropy"].sum()).backward()
-    g1, g3 = _grads(ours), _grads(ref_model)
-    for name in g3:
-        assert (g1[name] - g3[name]).abs().max() / g3[name].abs().max().clamp(min=1e-8) < 1e-5, name
+    outs = _forward(models, input_ids=ids, labels=labels)
+    _check_outputs(outs, ("log_probs", "entropy"))
+    for out in outs:
+        (out.log_probs.sum() + out.entropy.sum()).backward()
+    _check_grads(models)
 
 
 def test_bf16_model_within_tolerance():
-    ours, theirs = _pair(outputs=("log_probs", "entropy"))
+    ours, theirs, ref = _triple(outputs=("log_probs", "entropy"))
     ours.to(torch.bfloat16)
-    ref_model = copy.deepcopy(theirs)
     ids, labels = _batch(6)
-    out = ours(input_ids=ids, labels=labels, fused_lm_head=True)
-    ref = _naive(ref_model, ids, labels)
+    out, ref_out = (m(input_ids=ids, labels=labels, fused_lm_head=True) for m in (ours, ref))
     assert out.log_probs.dtype == torch.float32  # the fold is fp32 like TRL's
-    assert torch.allclose(out.log_probs, ref["log_probs"], atol=0.1, rtol=0.02)
-    assert torch.allclose(out.entropy, ref["entropy"], atol=0.1, rtol=0.02)
+    # bf16 weights: 8 bits of mantissa, logits off by ~|z| x 2^-8
+    assert torch.allclose(out.log_probs, ref_out.log_probs.float(), atol=0.1, rtol=0.02)
+    assert torch.allclose(out.entropy, ref_out.entropy.float(), atol=0.1, rtol=0.02)
     out.loss.backward()
     assert ours.lm_head.weight.grad.dtype == torch.bfloat16 and torch.isfinite(ours.lm_head.weight.grad).all()
 
 
 def test_bf16_autocast_matches_trl():
-    ours, theirs = _pair(outputs=("log_probs", "entropy"))
+    ours, theirs, _ = _triple(outputs=("log_probs", "entropy"))
     ids, labels = _batch(7)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         o1 = ours(input_ids=ids, labels=labels, fused_lm_head=True)

@@ -1,13 +1,13 @@
 """Shared harness for the stock-vs-patched parity tests of TRL's offline trainers (DPO, KTO, SFT, reward).
 
 Choices, and why:
-- Two trainers on identical models (same factory and seed; LoRA adapters created by TRL from `peft_config` after
-  TRL's own `set_seed(args.seed)`): the stock one built and run while TRL is unpatched, the patched one after
-  `PatchFastRL(algorithm)` (`_parity.stock_state` / `patched_state`). Each side runs its whole run in its state.
+- Four trainers on identical models (same factory and seed; LoRA adapters created by TRL from `peft_config` after
+  TRL's own `set_seed(args.seed)`): the sides of _parity (stock, patched, float64 reference, perturbed reference),
+  each built and run in its own state (`_parity.side_state`).
 - Same data: each side draws its micro-batches from its own `get_train_dataloader()` after the same
   `torch.manual_seed`, and counts `num_items_in_batch` with Trainer's `get_batch_samples`, as `Trainer.train` does;
   the harness checks the batches are identical (ids, masks, labels) and compares float columns (precomputed
-  reference log-probs, computed by each side through its own head) with the tolerance.
+  reference log-probs, computed by each side through its own head) by the tolerance rule.
 - One optimizer step = `gradient_accumulation_steps` calls of the trainer's own `training_step` (TRL's
   `compute_loss`, activation-offload context, GA scaling all run), then the same plain SGD step on both sides.
 - Compared: loss of every micro-step, accumulated gradients, final parameters, and every metric TRL stored for
@@ -19,26 +19,21 @@ Choices, and why:
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 
-try:
-    from . import _parity as P
-except ImportError:  # tests/patches is not a package
-    import _parity as P
-
+import _tiny as T
 import torch
+from _parity import Sides, assert_inputs_match, assert_metrics_match, assert_steps_match, finish_side, sgd_step, \
+    side_model, side_state, trainable, Trace
 
-from slimrl.testing import tiny_llama_config, tiny_tokenizer
+from slimrl.testing import tiny_llama_config
 
-VOCAB = P.VOCAB
-RTOL = P.RTOL
 SLIMRL_HEAD, STOCK_HEAD = "slimrl/ops/logprob.py", "trl/trainer/utils.py"
 # The harness's SGD step (TRL's optimizer is not used). Full fine-tuning moves every weight, so it gets a smaller
 # step: full-FT IPO (beta 0.1, loss 25 at step 1) overshoots at 0.03-0.05 (loss 25 -> 55) and its second-step
 # gradients then amplify the 2e-7 first-step difference to 1-4e-5 (conditioning, not the head; 1.7e-6 at 0.01).
 SGD_LR, FULL_FT_SGD_LR = 0.05, 0.01
 
-PROMPTS = [*P.PROMPTS, "write the product of 6 and 7"]  # GRPO's prompts, one more for odd batch sizes
+PROMPTS = [*T.PROMPTS, "write the product of 6 and 7"]  # GRPO's prompts, one more for odd batch sizes
 GOOD = ["7", "the answer is 19 .", "hello", "8 times 9 is 72 and that is the final result", "eight", "yes", "42 ."]
 BAD = ["8 or 9 or maybe 10", "no", "good bye world and thanks", "71", "i think it is many numbers", "no no", "6"]
 
@@ -88,7 +83,7 @@ def tiny_reward_model(seed: int = 0):
     from transformers import AutoModelForSequenceClassification
 
     torch.manual_seed(seed)
-    config = tiny_llama_config(vocab_size=VOCAB, hidden_size=P.HIDDEN, num_layers=P.LAYERS, num_labels=1)
+    config = tiny_llama_config(vocab_size=T.VOCAB, hidden_size=T.HIDDEN, num_layers=T.LAYERS, num_labels=1)
     return AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
 
 
@@ -105,37 +100,29 @@ def build_trainer(algorithm: str, model, args, peft_config=None, train_dataset=N
     _, trainer_cls = trl_classes(algorithm)
     torch.manual_seed(seed)
     trainer = trainer_cls(model=model, args=args, train_dataset=train_dataset or dataset(DATA_KIND[algorithm]),
-                          processing_class=tiny_tokenizer(VOCAB), peft_config=copy.deepcopy(peft_config))
+                          processing_class=T.tokenizer(), peft_config=copy.deepcopy(peft_config))
     trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by Trainer.train otherwise
     return trainer
 
 
-def build_pair(algorithm: str, model_factory, config_kwargs: dict, output_dir: str, peft_config=None,
-               num_chunks: int | None = None, data_kind: str | None = None, patched_model_setup=None):
-    """(stock, patched) trainers on identical models; `num_chunks` goes to the patched config's slimrl_num_chunks,
-    `patched_model_setup(model)` prepares the patched side's model only (e.g. FastLanguageModel's checkpointing)."""
+def build_sides(algorithm: str, model_factory, config_kwargs: dict, output_dir: str, peft_config=None,
+                num_chunks: int | None = None, data_kind: str | None = None, patched_model_setup=None,
+                patched_config: dict | None = None) -> Sides:
+    """The four sides' trainers (_parity) on identical models; `num_chunks` / `patched_config` go to the
+    patched config only, `patched_model_setup(model)` prepares the patched side's model only (e.g. FastLanguageModel's
+    checkpointing)."""
     kind = data_kind or DATA_KIND[algorithm]
-    with P.stock_state():
-        stock = build_trainer(algorithm, model_factory(), make_config(algorithm, output_dir, **config_kwargs),
-                              peft_config, dataset(kind))
-    with P.patched_state(algorithm):
-        extra = {} if num_chunks is None else {"slimrl_num_chunks": num_chunks}
-        model = model_factory()
-        if patched_model_setup is not None:
-            model = patched_model_setup(model)
-        patched = build_trainer(algorithm, model,
-                                make_config(algorithm, output_dir, **config_kwargs, **extra), peft_config,
-                                dataset(kind))
-    return stock, patched
-
-
-@dataclass
-class Trace:
-    losses: list[float] = field(default_factory=list)
-    grads: list[dict[str, torch.Tensor]] = field(default_factory=list)
-    inputs: list[dict[str, torch.Tensor]] = field(default_factory=list)
-    params: dict[str, torch.Tensor] = field(default_factory=dict)
-    metrics: dict[str, list[float]] = field(default_factory=dict)
+    trainers = {}
+    for side in Sides._fields:
+        with side_state(side, algorithm):
+            extra = {}
+            model = side_model(side, model_factory)
+            if side == "patched":
+                extra = {**({} if num_chunks is None else {"slimrl_num_chunks": num_chunks}), **(patched_config or {})}
+                model = patched_model_setup(model) if patched_model_setup is not None else model
+            args = make_config(algorithm, output_dir, **{**config_kwargs, **extra})
+            trainers[side] = finish_side(side, build_trainer(algorithm, model, args, peft_config, dataset(kind)))
+    return Sides(**trainers)
 
 
 def enable_checkpointing_like_train(trainer) -> None:
@@ -165,42 +152,30 @@ def run_side(trainer, optimizer_steps: int = 2, lr: float | None = None, seed: i
             trace.inputs.append({k: v.detach().clone() for k, v in batch.items() if isinstance(v, torch.Tensor)})
             loss = trainer.training_step(trainer.model, batch, num_items)
             trace.losses.append(float(loss))
-            trace.grads.append({n: p.grad.detach().clone() for n, p in P.trainable(trainer.model).items()
+            trace.grads.append({n: p.grad.detach().clone() for n, p in trainable(trainer.model).items()
                                 if p.grad is not None})
-        P.sgd_step(trainer, lr)
-    trace.params = {n: p.detach().clone() for n, p in P.trainable(trainer.model).items()}
+        sgd_step(trainer, lr)
+    trace.params = {n: p.detach().clone() for n, p in trainable(trainer.model).items()}
     trace.metrics = {k: list(v) for k, v in trainer._metrics["train"].items()}
     return trace
 
 
-def run_pair(algorithm: str, stock, patched, **kwargs) -> tuple[Trace, Trace]:
-    with P.stock_state():
-        s = run_side(stock, **kwargs)
-    with P.patched_state(algorithm):
-        p = run_side(patched, **kwargs)
-    return s, p
+def run_sides(algorithm: str, trainers: Sides, **kwargs) -> Sides:
+    """Each side's whole run in its own state (the batches come from each side's own dataloader)."""
+    traces = {}
+    for side, trainer in zip(Sides._fields, trainers):
+        with side_state(side, algorithm):
+            traces[side] = run_side(trainer, **kwargs)
+    return Sides(**traces)
 
 
-def assert_traces_match(stock: Trace, patched: Trace, rtol: float = RTOL) -> None:
-    assert len(stock.losses) == len(patched.losses)
-    for i, (s_in, p_in) in enumerate(zip(stock.inputs, patched.inputs)):
-        assert s_in.keys() == p_in.keys(), f"micro-step {i}: batch keys {sorted(s_in)} != {sorted(p_in)}"
-        for key in s_in:
-            if s_in[key].is_floating_point():  # precomputed reference log-probs: each side's own head
-                P.assert_close_rel(p_in[key], s_in[key], f"micro-step {i}: {key}", rtol)
-            else:
-                assert torch.equal(s_in[key], p_in[key]), f"micro-step {i}: {key} differs (batches diverged)"
-    P.assert_steps_match(stock, patched, rtol)
-    assert set(patched.metrics) == set(stock.metrics) | {"peak_memory_gb"}, (sorted(stock.metrics),
-                                                                             sorted(patched.metrics))
-    assert len(patched.metrics["peak_memory_gb"]) == len(stock.losses)
-    for key, values in stock.metrics.items():
-        got = patched.metrics[key]
-        assert len(got) == len(values), key
-        for i, (vs, vp) in enumerate(zip(values, got)):
-            assert abs(vp - vs) <= rtol * abs(vs) + 1e-6, f"metric {key}[{i}]: patched {vp!r} != stock {vs!r}"
+def assert_traces_match(traces: Sides) -> None:
+    assert_inputs_match(traces)
+    assert_steps_match(traces)
+    assert_metrics_match(traces)
+    assert len(traces.patched.metrics["peak_memory_gb"]) == len(traces.stock.losses)
 
 
 def head_file(trainer) -> str:
     """Source file of the log-prob head installed on the trainer's policy (TRL's utils.py or slimrl's logprob.py)."""
-    return P.head_file(trainer)
+    return T.head_file(trainer)

@@ -1,5 +1,6 @@
 """Fixtures shared by the parity and equivalence tests."""
 
+import _tiny as T
 import pytest
 
 from slimrl.patches import registry
@@ -16,8 +17,4 @@ def unpatched():
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory, request):
     """A tiny model saved to a folder (TRL reloads a full-fine-tuning reference from its path), one per module."""
-    try:
-        from . import _parity as P
-    except ImportError:  # tests/patches is not a package
-        import _parity as P
-    return P.save_tiny(str(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])))
+    return T.save_tiny(str(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])))

@@ -10,12 +10,8 @@ import types
 
 import pytest
 
-try:
-    from . import _orpo_cpo_parity as H
-    from . import _parity as P
-except ImportError:  # tests/patches is not a package
-    import _orpo_cpo_parity as H
-    import _parity as P
+import _orpo_cpo_parity as H
+import _tiny as T
 
 ALGO = "cpo"
 
@@ -33,10 +29,11 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_cpo_parity(tmp_path, unpatched, case):
     lora, config = CASES[case]
-    stock, patched = H.build_pair(ALGO, lambda: P.tiny_model(0), config, str(tmp_path),
-                                  H.lora_config() if lora else None)
-    s, p = H.run_pair(ALGO, stock, patched)
-    H.assert_traces_match(s, p)
+    trainers = H.build_sides(ALGO, lambda: T.tiny_model(0), config, str(tmp_path), H.lora_config() if lora else None)
+    stock = trainers.stock
+    traces = H.run_sides(ALGO, trainers)
+    H.assert_traces_match(traces)
+    s = traces.stock
     assert {"nll_loss", "logits/chosen", "logits/rejected", "logps/chosen", "rewards/margins"} <= set(s.metrics)
     if stock.cpo_alpha == 0:
         assert set(s.metrics["nll_loss"]) == {0.0}

@@ -8,12 +8,9 @@ slimrl's head with the chunk knob already set); batch 3 x 1 and 2 x 2 accumulati
 
 import pytest
 
-try:
-    from . import _parity as P
-    from . import _pref_parity as H
-except ImportError:  # tests/patches is not a package
-    import _parity as P
-    import _pref_parity as H
+import _pref_parity as H
+import _tiny as T
+import torch
 
 from slimrl.ops.lean_logprob import LeanLogProbFunction
 
@@ -34,24 +31,26 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_kto_matches_stock(case, tmp_path, saved_model, unpatched):
     config, lora, chunks = CASES[case]
-    factory = (lambda: P.tiny_model(0)) if lora else (lambda: P.load_tiny(saved_model))
+    factory = (lambda: T.tiny_model(0)) if lora else (lambda: T.load_tiny(saved_model))
     LeanLogProbFunction.last_forward_chunks = None
-    stock, patched = H.build_pair(ALGO, factory, config, str(tmp_path), peft_config=P.lora_config() if lora else None,
-                                  num_chunks=chunks)
+    trainers = H.build_sides(ALGO, factory, config, str(tmp_path), peft_config=T.lora_config() if lora else None,
+                             num_chunks=chunks)
+    stock, patched = trainers.stock, trainers.patched
     precompute = config.get("precompute_ref_log_probs", False)
     if precompute:
         assert LeanLogProbFunction.last_forward_chunks == chunks, "the precompute pass ran through slimrl's head"
     assert H.head_file(stock).endswith(H.STOCK_HEAD) and H.head_file(patched).endswith(H.SLIMRL_HEAD)
     if not lora and not precompute:
         assert patched.ref_model.forward.__func__.__code__.co_filename.endswith(H.SLIMRL_HEAD)
-    s, p = H.run_pair(ALGO, stock, patched)
-    H.assert_traces_match(s, p)
+    traces = H.run_sides(ALGO, trainers)
+    H.assert_traces_match(traces)
+    s, p = traces.stock, traces.patched
     if config["loss_type"] == "kto":
         assert stock.calculate_KL and "KL_input_ids" in s.inputs[0] and s.metrics["kl"]
     if precompute:
         assert "ref_logps" in p.inputs[0]
     if chunks is not None:
         assert LeanLogProbFunction.last_forward_chunks == chunks and LeanLogProbFunction.last_backward_chunks == chunks
-    labels = P.torch.cat([x["label"] for x in s.inputs]).bool()
+    labels = torch.cat([x["label"] for x in s.inputs]).bool()
     assert labels.any() and not labels.all(), "both desirable and undesirable completions are trained on"
     assert all(loss != 0 for loss in s.losses)

@@ -6,16 +6,13 @@ import contextlib
 import warnings
 
 import pytest
+import torch
 
 import slimrl
 from slimrl.models.checkpointing import apply_checkpointing, checkpointing_mode
 
-try:
-    from . import _parity as P
-    from . import _pref_parity as H
-except ImportError:  # tests/patches is not a package
-    import _parity as P
-    import _pref_parity as H
+import _pref_parity as H
+import _tiny as T
 
 ALGOS = ["dpo", "kto", "sft", "reward"]
 
@@ -30,7 +27,7 @@ def patched():
 @pytest.mark.parametrize("algo", ALGOS)
 def test_bare_config_builds_on_cpu_and_takes_the_knob(algo, tmp_path, patched):
     config_cls, _ = H.trl_classes(algo)
-    if not P.torch.cuda.is_available():
+    if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="bf16"):  # stock TRL's default cannot run here
             config_cls(output_dir=str(tmp_path))
     slimrl.PatchFastRL(algo)
@@ -51,7 +48,7 @@ def test_learning_rate_checks(algo, tmp_path, patched):
 
 
 def _model(max_seq_length=None):
-    model = P.tiny_model(0)
+    model = T.tiny_model(0)
     if max_seq_length is not None:
         model.max_seq_length = max_seq_length  # what FastLanguageModel.from_pretrained sets
     return model
@@ -71,9 +68,9 @@ def test_default_max_length_follows_the_model_and_smaller_is_kept(tmp_path, patc
 
     args = DPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, report_to="none")
     assert args.max_length == 1024
-    trainer = H.build_trainer("dpo", _model(32), args, P.lora_config())
+    trainer = H.build_trainer("dpo", _model(32), args, T.lora_config())
     assert trainer.args.max_length == 32 and trainer.data_collator.max_length == 32
-    kept = H.build_trainer("dpo", _model(32), H.make_config("dpo", str(tmp_path), max_length=20), P.lora_config())
+    kept = H.build_trainer("dpo", _model(32), H.make_config("dpo", str(tmp_path), max_length=20), T.lora_config())
     assert kept.args.max_length == 20
 
 
@@ -92,7 +89,7 @@ def test_trl_activation_offloading_with_offload_mode_warns_and_checkpoints_once(
     model = apply_checkpointing(_model(), "offload")
     args = H.make_config("dpo", str(tmp_path), activation_offloading=True, gradient_checkpointing=True)
     with pytest.warns(UserWarning, match=r"activation_offloading=True .* use_gradient_checkpointing='offload'"):
-        trainer = H.build_trainer("dpo", model, args, P.lora_config())
+        trainer = H.build_trainer("dpo", model, args, T.lora_config())
     assert trainer.maybe_activation_offload_context is marker, "TRL's activation offloading stays on"
     assert checkpointing_mode(model) is True and trainer.args.gradient_checkpointing
 
@@ -104,7 +101,7 @@ def test_trl_activation_offloading_alone_is_untouched(tmp_path, patched, monkeyp
     args = H.make_config("dpo", str(tmp_path), activation_offloading=True, gradient_checkpointing=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-        trainer = H.build_trainer("dpo", model, args, P.lora_config())
+        trainer = H.build_trainer("dpo", model, args, T.lora_config())
     assert trainer.maybe_activation_offload_context is marker and checkpointing_mode(model) is True
 
 

@@ -8,12 +8,8 @@ fine-tuning with center_rewards_coefficient; batch 3 x 1 and 2 x 2 accumulation.
 
 import pytest
 
-try:
-    from . import _parity as P
-    from . import _pref_parity as H
-except ImportError:  # tests/patches is not a package
-    import _parity as P
-    import _pref_parity as H
+import _pref_parity as H
+import _tiny as T
 
 ALGO = "reward"
 
@@ -27,9 +23,10 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_reward_matches_stock(case, tmp_path, unpatched):
     config, lora = CASES[case]
-    peft = P.lora_config(task_type="SEQ_CLS") if lora else None
-    stock, patched = H.build_pair(ALGO, lambda: H.tiny_reward_model(0), config, str(tmp_path), peft_config=peft)
-    s, p = H.run_pair(ALGO, stock, patched)
-    H.assert_traces_match(s, p)
+    peft = T.lora_config(task_type="SEQ_CLS") if lora else None
+    trainers = H.build_sides(ALGO, lambda: H.tiny_reward_model(0), config, str(tmp_path), peft_config=peft)
+    traces = H.run_sides(ALGO, trainers)
+    H.assert_traces_match(traces)
+    s = traces.stock
     assert any("score" in name for name in s.grads[0]), "the score head trains"
     assert all(loss != 0 for loss in s.losses)

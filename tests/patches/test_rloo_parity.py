@@ -9,23 +9,19 @@ accumulation, mask_truncated_completions, temperature, normalize_advantages and 
 
 import pytest
 
-try:
-    from . import _parity as P
-except ImportError:  # tests/patches is not a package
-    import _parity as P
+import _rl_parity as R
+import _tiny as T
+import torch
 
 ALGO = "rloo"
-
-
-
 
 
 def _peft_model():
     from peft import get_peft_model
 
-    model = P.tiny_model(0)
-    P.torch.manual_seed(7)
-    return get_peft_model(model, P.lora_config())
+    model = T.tiny_model(0)
+    torch.manual_seed(7)
+    return get_peft_model(model, T.lora_config())
 
 
 CASES = {
@@ -49,19 +45,21 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_rloo_parity(tmp_path, unpatched, saved_model, case):
     kind, lora, chunks, config = CASES[case]
-    factory = {"saved": lambda: P.load_tiny(saved_model), "peft_model": _peft_model,
-               "memory": lambda: P.tiny_model(0)}[kind]
-    stock, patched = P.build_pair(ALGO, factory, config, str(tmp_path),
-                                  peft_config=P.lora_config() if lora else None, num_chunks=chunks)
-    assert P.head_file(stock).endswith("trl/trainer/utils.py")
-    assert P.head_file(patched).endswith("slimrl/ops/logprob.py")
-    assert (stock.ref_model is None) == (patched.ref_model is None) == (kind != "saved")
-    s, p = P.run_pair(ALGO, stock, patched)
-    P.assert_traces_match(s, p)
+    factory = {"saved": lambda: T.load_tiny(saved_model), "peft_model": _peft_model,
+               "memory": lambda: T.tiny_model(0)}[kind]
+    trainers = R.build_sides(ALGO, factory, config, str(tmp_path), peft_config=T.lora_config() if lora else None,
+                             num_chunks=chunks)
+    stock, patched = trainers.stock, trainers.patched
+    assert T.head_file(stock).endswith("trl/trainer/utils.py")
+    assert T.head_file(patched).endswith("slimrl/ops/logprob.py")
+    assert all((t.ref_model is None) == (kind != "saved") for t in trainers)
+    traces = R.run_sides(ALGO, trainers)
+    R.assert_traces_match(traces)
+    s = traces.stock
     assert all("old_logps" in x for x in s.inputs)
     if lora:  # adapter-disabled base != policy; a reloaded or copied reference equals the policy until it moves
         assert max(stock._metrics["train"]["kl"]) > 0, "the KL penalty should be live (reference != policy)"
     if config.get("mask_truncated_completions"):
-        masks = P.torch.cat([x["completion_mask"] for x in s.inputs])
+        masks = torch.cat([x["completion_mask"] for x in s.inputs])
         assert (masks.sum(1) == 0).any(), "the case should hold a truncated completion to mask"
         assert all(loss != 0 for loss in s.losses), "every micro-step should still train"

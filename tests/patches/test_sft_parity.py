@@ -8,12 +8,8 @@ num_items_in_batch across the accumulated micro-batches); slimrl_num_chunks -1 /
 
 import pytest
 
-try:
-    from . import _parity as P
-    from . import _pref_parity as H
-except ImportError:  # tests/patches is not a package
-    import _parity as P
-    import _pref_parity as H
+import _pref_parity as H
+import _tiny as T
 
 from slimrl.ops.lean_logprob import LeanLogProbFunction
 
@@ -33,11 +29,12 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_sft_matches_stock(case, tmp_path, unpatched):
     kind, config, lora, chunks = CASES[case]
-    stock, patched = H.build_pair(ALGO, lambda: P.tiny_model(0), config, str(tmp_path),
-                                  peft_config=P.lora_config() if lora else None, num_chunks=chunks, data_kind=kind)
-    assert H.head_file(stock).endswith(H.STOCK_HEAD) and H.head_file(patched).endswith(H.SLIMRL_HEAD)
-    s, p = H.run_pair(ALGO, stock, patched)
-    H.assert_traces_match(s, p)
+    trainers = H.build_sides(ALGO, lambda: T.tiny_model(0), config, str(tmp_path),
+                             peft_config=T.lora_config() if lora else None, num_chunks=chunks, data_kind=kind)
+    assert H.head_file(trainers.stock).endswith(H.STOCK_HEAD) and H.head_file(trainers.patched).endswith(H.SLIMRL_HEAD)
+    traces = H.run_sides(ALGO, trainers)
+    H.assert_traces_match(traces)
+    s = traces.stock
     if chunks is not None:
         assert LeanLogProbFunction.last_forward_chunks == chunks and LeanLogProbFunction.last_backward_chunks == chunks
     # what the case claims about the labels: completion-only masks real prompt tokens, plain LM only padding
@@ -52,9 +49,9 @@ def test_offload_checkpointing_full_ft_matches_stock(tmp_path, unpatched):
     from slimrl.models.checkpointing import apply_checkpointing, is_checkpointing_active
 
     config = dict(gradient_checkpointing=True, **BS3)
-    stock, patched = H.build_pair(ALGO, lambda: P.tiny_model(0), config, str(tmp_path), num_chunks=2,
-                                  patched_model_setup=lambda m: apply_checkpointing(m, "offload"))
-    s, p = H.run_pair(ALGO, stock, patched)
-    H.assert_traces_match(s, p)
+    trainers = H.build_sides(ALGO, lambda: T.tiny_model(0), config, str(tmp_path), num_chunks=2,
+                             patched_model_setup=lambda m: apply_checkpointing(m, "offload"))
+    stock, patched = trainers.stock, trainers.patched
+    H.assert_traces_match(H.run_sides(ALGO, trainers))
     assert patched.model._slimrl_offload_stats.tensors_seen > 0
     assert is_checkpointing_active(stock.model) and is_checkpointing_active(patched.model)

@@ -1,0 +1,127 @@
+"""The float64 sides of the parity tests: stock TRL run in float64 with a naive float64 log-prob head, and the same
+with float32-sized noise on its output layer.
+
+1. Reference. TRL's own fused head computes in float32 whatever the weights (fp32 accumulators in its tiles), so a
+   float64 model alone would still round like float32 there. The reference model gets instead, through the same
+   module-level `add_fused_lm_head` symbol TRL's trainers call in `__init__`, the readable full-logits head below:
+   every logit, the log-softmax, entropy and the other outputs in float64, nothing chunked. Everything else is stock
+   TRL, unpatched, on a float64 copy of the same weights, with the same seeds, so its rollouts, batches and
+   shuffles are the stock run's.
+2. Perturbed reference. The reference again, with every output-layer weight multiplied by (1 + u32 * s), s = +-1 at
+   random (a private generator: the global RNG stream, and so the rollouts, stay the reference's). A logit
+   z = sum_k h_k w_vk then moves as float32 rounding of each product would move it; how far each compared quantity
+   moves in response is its conditioning with respect to the logits' rounding, measured on the run itself (a
+   cancelling loss or metric moves far more than its size suggests). _parity uses it as the floor of its rule.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from contextlib import contextmanager
+
+import torch
+
+# Trainer modules that import `add_fused_lm_head` by name and call it in `__init__`
+HEAD_MODULES = ("trl.trainer.grpo_trainer", "trl.trainer.rloo_trainer", "trl.trainer.dpo_trainer",
+                "trl.trainer.kto_trainer", "trl.trainer.sft_trainer")
+
+
+def naive_outputs(z: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every field of TRL's `FusedCausalLMOutput` from full (transformed) logits z [B, T, V]; zeros where label=-100."""
+    mask = labels != -100
+    logp_all = torch.log_softmax(z, -1)
+    log_probs = logp_all.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    p = logp_all.exp()
+    zero = torch.zeros_like(log_probs)
+    return {
+        "log_probs": torch.where(mask, log_probs, zero),
+        "entropy": torch.where(mask, -(p * logp_all).sum(-1), zero),
+        "log_sum_sq_probs": torch.where(mask, torch.logsumexp(2 * logp_all, -1), zero),
+        "mean_logits": torch.where(mask, z.mean(-1), zero).detach(),
+        "is_top1": mask & (z.argmax(-1) == labels),  # the first maximum, as TRL
+        "label_mask": mask,
+    }
+
+
+def logit_scale_of(text_config) -> float:
+    """The multiplier TRL's head applies to the logits, read from the config fields TRL reads (same order)."""
+    for name in ("logit_scale", "output_multiplier", "lm_head_multiplier"):
+        if getattr(text_config, name, None) is not None:
+            return getattr(text_config, name)
+    scaling = getattr(text_config, "logits_scaling", None)
+    if scaling is not None:
+        return scaling if text_config.model_type == "hyperclovax" else 1 / scaling
+    return 1.0
+
+
+def naive_fused_lm_head(model, temperature: float = 1.0, cast_lm_head_to_fp32: bool = False,
+                        outputs: tuple[str, ...] = ("log_probs",)) -> None:
+    """TRL's `add_fused_lm_head` contract with materialised logits in the model's dtype (float64 here)."""
+    from trl.trainer.utils import FusedCausalLMOutput
+
+    original_forward = model.forward
+    text_config = model.config.get_text_config()
+    softcap = getattr(text_config, "final_logit_softcapping", None)
+    logit_scale = logit_scale_of(text_config)
+
+    @functools.wraps(type(model).forward)
+    def forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs):
+        if not fused_lm_head:
+            extra = {k: v for k, v in (("labels", labels), ("shift_labels", shift_labels),
+                                       ("num_items_in_batch", num_items_in_batch)) if v is not None}
+            return original_forward(*args, **kwargs, **extra)
+        kwargs["use_cache"] = False
+        hidden = self.base_model(*args, **kwargs).last_hidden_state
+        if shift_labels is None:
+            hidden, labels = hidden[:, :-1], labels[:, 1:]
+        else:
+            labels = shift_labels
+        z = self.get_output_embeddings()(hidden) * logit_scale
+        if softcap is not None:
+            z = softcap * torch.tanh(z / softcap)
+        fields = naive_outputs(z / temperature, labels)
+        mask = fields["label_mask"]
+        loss = -fields["log_probs"].sum() / (mask.sum().clamp(min=1) if num_items_in_batch is None
+                                             else num_items_in_batch)
+        kept = {k: (v if k in outputs or k in ("log_probs", "label_mask") else None) for k, v in fields.items()}
+        return FusedCausalLMOutput(loss=loss, **kept)
+
+    model.forward = types.MethodType(forward, model)
+
+
+@contextmanager
+def float64_head():
+    """While active, TRL's trainers install `naive_fused_lm_head` instead of their own (restored exactly after)."""
+    import importlib
+
+    modules = [importlib.import_module(name) for name in HEAD_MODULES]
+    saved = [m.__dict__["add_fused_lm_head"] for m in modules]
+    for m in modules:
+        m.add_fused_lm_head = naive_fused_lm_head
+    try:
+        yield
+    finally:
+        for m, original in zip(modules, saved):
+            m.add_fused_lm_head = original
+
+
+U32 = 2.0**-24  # float32 unit roundoff
+PERTURBATION_SEED = 20261122
+
+
+def output_layer(model):
+    """The layer producing the logits (LM head) or scores (sequence classification) of a model, PEFT unwrapped."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layer = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    layer = layer if layer is not None else getattr(base, "score", None)
+    return getattr(layer, "base_layer", layer)  # a LoRA-wrapped head: its frozen weight
+
+
+@torch.no_grad()
+def perturb_output_layer(model, seed: int = PERTURBATION_SEED) -> None:
+    """Multiply every weight of the model's output layer by (1 + u32 * s), s = +-1 (see the module docstring)."""
+    weight = output_layer(model).weight
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    signs = torch.randint(0, 2, weight.shape, generator=generator).to(weight) * 2 - 1
+    weight.mul_(1 + U32 * signs)
