@@ -7,9 +7,18 @@ PY=${PYTHON:-python3}
 what=${1:-dev}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # torch first and pinned: an unpinned `pip install torch` (or a dependency asking for it) pulls a multi-GB CUDA
-# build; 2.13.0 has a CPU wheel here. A torch that is already installed (e.g. a CUDA build on a GPU box) is kept.
+# build. A torch that is already installed (e.g. a CUDA build on a GPU box) is kept. Without one: on a machine with
+# no NVIDIA GPU the CPU build, explicitly from PyTorch's CPU wheel index (on PyPI the plain torch==2.13.0 for Linux
+# is the CUDA build); with a GPU, PyPI's default (CUDA) build. SLIMRL_TORCH_INDEX=URL overrides the index.
+TORCH_VERSION=2.13.0
 if ! "$PY" -c "import torch" 2>/dev/null; then
-    "$PY" -m pip install -q "torch==2.13.0"
+    if [ -n "${SLIMRL_TORCH_INDEX:-}" ]; then
+        "$PY" -m pip install -q "torch==$TORCH_VERSION" --index-url "$SLIMRL_TORCH_INDEX"
+    elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+        "$PY" -m pip install -q "torch==$TORCH_VERSION"
+    else
+        "$PY" -m pip install -q "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu
+    fi
 fi
 if [ "$what" = "main" ]; then extras="all"; else extras="dev"; fi
 "$PY" -m pip install -q -e ".[${extras}]"
