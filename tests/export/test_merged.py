@@ -54,18 +54,31 @@ def test_training_model_untouched_and_keeps_training(peft_model, tmp_path):
 
 def test_sixteen_bit_default_dtype_config_and_tokenizer(peft_model, tmp_path):
     model, tokenizer = peft_model
-    with pytest.warns(UserWarning, match="saving bfloat16"):
+    with pytest.warns(UserWarning, match="computes in float32; saving float16"):
         out = model.save_pretrained_merged(str(tmp_path), tokenizer)
     config = json.loads(Path(out, "config.json").read_text())
-    assert config["dtype"] == "bfloat16" and "quantization_config" not in config
+    assert config["dtype"] == "float16" and "quantization_config" not in config
     loaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     reference = dict(merged.merged_state_dict(model, torch.float32))
     for name, tensor in loaded.state_dict().items():
-        assert torch.equal(tensor, reference[name].to(torch.bfloat16).float()), name
+        assert torch.equal(tensor, reference[name].to(torch.float16).float()), name
+    for prompt in PROMPTS:
+        assert greedy(loaded, tokenizer, prompt) == greedy(model, tokenizer, prompt)
     loaded_tokenizer = AutoTokenizer.from_pretrained(out)
     chat = [{"role": "user", "content": "What is 2 + 2?"}]
     assert loaded_tokenizer.apply_chat_template(chat, tokenize=False) == tokenizer.apply_chat_template(chat,
                                                                                                          tokenize=False)
+    bf16 = model.save_pretrained_merged(str(tmp_path / "bf16"), tokenizer, dtype=torch.bfloat16)
+    assert json.loads(Path(bf16, "config.json").read_text())["dtype"] == "bfloat16"
+
+
+def test_float16_overflow_raises_before_writing(peft_model, tmp_path):
+    model, tokenizer = peft_model
+    with torch.no_grad():
+        model.get_base_model().model.norm.weight[0] = 1e6
+    with pytest.raises(ValueError, match="float16's range"):
+        model.save_pretrained_merged(str(tmp_path / "out"), tokenizer, dtype=torch.float16)
+    assert not (tmp_path / "out").exists()
 
 
 def test_sharded_above_max_shard_size(peft_model, tmp_path):

@@ -23,7 +23,8 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save_method", default="merged_16bit", choices=["merged_16bit", "merged_4bit"],
                         help="--format merged: 16-bit weights, or bitsandbytes NF4.")
     parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
-                        help="dtype the base loads in (and merged_16bit saves); default: the training run's.")
+                        help="dtype the base loads in (default: the training run's) and merged_16bit saves (default: "
+                             "float16).")
     parser.add_argument("--output_dir", default=None, help="Where to write; default: <adapter>-merged or <adapter>-gguf.")
     parser.add_argument("--model_name_or_path", default=None,
                         help="Base model; default: the one recorded in the adapter folder.")

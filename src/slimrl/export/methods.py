@@ -109,11 +109,11 @@ def save_pretrained_merged(model, save_directory, tokenizer=None, save_method: s
                            **unsloth_kwargs):
     """Save the model with its LoRA merged (a new copy; the model is untouched) as a transformers folder.
 
-    save_method: "merged_16bit" (float16/bfloat16 safetensors: vLLM, TGI, llama.cpp's converter),
+    save_method: "merged_16bit" (float16 safetensors: vLLM, TGI, llama.cpp's converter),
         "merged_4bit" (bitsandbytes NF4; "merged_4bit_forced" too) or "lora" (the adapter alone).
     push_to_hub: treat `save_directory` as a Hub repo id and upload there (see push_to_hub_merged).
     max_shard_size: safetensors shard size ("5GB", "500MB" or bytes).
-    dtype: slimrl only; merged_16bit's dtype (default: the model's if 16-bit, else bfloat16).
+    dtype: slimrl only; merged_16bit's dtype (default float16; torch.bfloat16 or torch.float32 to choose).
     """
     _drop_unsloth_kwargs("save_pretrained_merged", unsloth_kwargs)
     if push_to_hub:
