@@ -1,4 +1,4 @@
-"""Shared fixtures for the export tests: a tiny Llama with a byte-level BPE tokenizer, LoRA on top, greedy helpers."""
+"""Shared fixtures for the export tests: a tiny Llama with a byte-level BPE tokenizer, LoRA on top."""
 
 import sys
 from pathlib import Path
@@ -7,10 +7,7 @@ import pytest
 import torch
 
 torch.set_num_threads(1)
-sys.path.insert(0, str(Path(__file__).parent))
-
-PROMPTS = ["<|im_start|>user\nWhat is 3 + 4?<|im_end|>\n<|im_start|>assistant\n",
-           "<|im_start|>user\nCompute 12 times 5 minus 5.<|im_end|>\n<|im_start|>assistant\n"]
+sys.path.insert(0, str(Path(__file__).parent))  # _export_helpers, _tiny_bpe, _hub_standin
 
 
 @pytest.fixture(scope="session")
@@ -41,26 +38,3 @@ def peft_model(base_dir):
                                              use_gradient_checkpointing=False, random_state=1)
     model.eval()
     return model, tokenizer
-
-
-def encode(tokenizer, text: str) -> torch.Tensor:
-    return tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
-
-
-@torch.no_grad()
-def logits(model, tokenizer, text: str = PROMPTS[0]) -> torch.Tensor:
-    return model(encode(tokenizer, text)).logits[0].float()
-
-
-@torch.no_grad()
-def greedy(model, tokenizer, text: str, max_new_tokens: int = 10) -> list[int]:
-    ids = encode(tokenizer, text)
-    out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=None,
-                         pad_token_id=tokenizer.pad_token_id, temperature=None, top_p=None, top_k=None)
-    return out[0, ids.shape[1]:].tolist()
-
-
-def assert_same_logits(reference: torch.Tensor, candidate: torch.Tensor, atol: float) -> None:
-    """The comparison every round trip uses; its negative controls show a 0.1% weight error fails it."""
-    difference = (reference - candidate).abs().max().item()
-    assert difference <= atol, f"logits differ by {difference:.3g} > {atol:.3g}"

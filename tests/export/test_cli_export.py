@@ -5,7 +5,7 @@ import os
 
 import pytest
 import torch
-from conftest import assert_same_logits, logits
+from _export_helpers import assert_same_logits, logits
 from transformers import AutoModelForCausalLM
 
 from slimrl import FastLanguageModel

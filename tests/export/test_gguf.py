@@ -5,7 +5,7 @@ import json
 import gguf
 import pytest
 import torch
-from conftest import PROMPTS, assert_same_logits, encode, greedy, logits
+from _export_helpers import PROMPTS, assert_same_logits, encode, greedy, logits
 
 from slimrl import FastLanguageModel
 from slimrl.export import gguf_writer

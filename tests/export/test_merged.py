@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PROMPTS, assert_same_logits, greedy, logits
+from _export_helpers import PROMPTS, assert_same_logits, greedy, logits
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from slimrl.export import merged

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_same_logits, logits
+from _export_helpers import assert_same_logits, logits
 
 from slimrl import FastLanguageModel
 from slimrl.export import METHOD_NAMES, ExportMethod, attach_export_methods, detach_export_methods

@@ -1,6 +1,6 @@
 """Slow tier: the embedded SmolLM2-135M with a LoRA, exported merged and as GGUF, answers arithmetic as the adapter.
 
-Run: PYTHONPATH=$PWD/src OMP_NUM_THREADS=1 python3 -m pytest -m slow -s tests/export/test_embedded_slow.py
+Run: PYTHONPATH=$PWD/src OMP_NUM_THREADS=1 python3 -m pytest -m slow -s tests/export/test_export_embedded_slow.py
 (-s prints the file sizes and the answers).
 """
 
