@@ -90,18 +90,29 @@ def test_sharded_above_max_shard_size(peft_model, tmp_path):
     assert_same_logits(logits(model, tokenizer), logits(loaded, tokenizer), F32_ATOL)
 
 
-def test_four_bit_base_dequantized_and_merged_4bit(base_dir, tmp_path):
+@pytest.mark.parametrize("targets", [None, ["q_proj"]])  # ["q_proj"]: plain 4-bit layers are dequantized too
+def test_four_bit_base_dequantized(base_dir, tmp_path, targets):
+    pytest.importorskip("bitsandbytes")
+    from slimrl import FastLanguageModel
+
+    model, tokenizer = FastLanguageModel.from_pretrained(base_dir, dtype=torch.float32, load_in_4bit=True)
+    model = FastLanguageModel.get_peft_model(model, r=4, target_modules=targets, init_lora_weights=False,
+                                             use_gradient_checkpointing=False)
+    model.eval()
+    out = model.save_pretrained_merged(str(tmp_path / "16"), tokenizer, dtype=torch.float32)
+    config = json.loads(Path(out, "config.json").read_text())
+    assert "quantization_config" not in config
+    loaded = AutoModelForCausalLM.from_pretrained(out)
+    assert_same_logits(logits(model, tokenizer), logits(loaded, tokenizer), F32_ATOL)  # bitsandbytes' own dequant
+
+
+def test_merged_4bit(base_dir, tmp_path):
     pytest.importorskip("bitsandbytes")
     from slimrl import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(base_dir, dtype=torch.float32, load_in_4bit=True)
     model = FastLanguageModel.get_peft_model(model, r=4, init_lora_weights=False, use_gradient_checkpointing=False)
     model.eval()
-    out = model.save_pretrained_merged(str(tmp_path / "16"), tokenizer, dtype=torch.float32)
-    config = json.loads(Path(out, "config.json").read_text())
-    assert "quantization_config" not in config
-    loaded = AutoModelForCausalLM.from_pretrained(out)
-    assert_same_logits(logits(model, tokenizer), logits(loaded, tokenizer), 1e-4)
     out4 = model.save_pretrained_merged(str(tmp_path / "4"), tokenizer, save_method="merged_4bit_forced")
     assert json.loads(Path(out4, "config.json").read_text())["quantization_config"]["load_in_4bit"]
     reloaded = AutoModelForCausalLM.from_pretrained(out4, device_map="cpu")

@@ -189,7 +189,8 @@ def write_gguf(model, tokenizer, path: str, quantization: str, pre_tokenizer: st
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         for name, tensor in _gguf_tensors(model, arch, use_adapter=use_adapter):
-            writer.write_tensor_data(gguf.quants.quantize(tensor.contiguous().numpy(), types[name]))
+            array = tensor.to(device="cpu", dtype=torch.float32).contiguous().numpy()
+            writer.write_tensor_data(gguf.quants.quantize(array, types[name]))
     finally:
         writer.close()
     return {"path": path, "quantization": quantization, "bytes": os.path.getsize(path), "tensors": len(plan),
