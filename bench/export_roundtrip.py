@@ -7,8 +7,9 @@ The adapter loads on its base as `slimrl generate` loads it; each GGUF loads thr
 (slimrl's GGUF loader); a merged folder through plain transformers. All run in `--dtype` (float32 by default, so
 the comparison sees the export, not bf16 rounding). Prompts are the built-in task's held-out split wrapped as
 training wrapped them (the run's slimrl_run.json), decoded greedily with the run's completion length. Printed: per
-model, how many completions equal the adapter's exactly (and, for scale, how many of the base model's do), how many agree on the first `--prefix_tokens` tokens, how
-many get the same correctness score, and the accuracy; plus file sizes. JSON to --out if given.
+model, how many completions equal the adapter's exactly (and, for scale, how many of the base model's do), how
+many agree on the first `--prefix_tokens` tokens, how many get the same correctness score, and the accuracy; plus
+file sizes. JSON to --out if given.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """A local stand-in for the few Hub API endpoints huggingface_hub's HfApi.create_repo / upload_folder call.
 
-It validates model cards as the Hub does for `base_model`, answers every file as a "regular" upload (content inline in the commit, no LFS or Xet transfer), keeps the
-committed files in memory (`StandIn.repos[repo_id][path] = bytes`) and records every request. Nothing leaves the
-machine: tests point huggingface_hub at it through its endpoint setting.
+It validates model cards as the Hub does for `base_model`, answers every file as a "regular" upload (content inline
+in the commit, no LFS or Xet transfer), keeps the committed files in memory (`StandIn.repos[repo_id][path] = bytes`)
+and records every request. Nothing leaves the machine: tests point huggingface_hub at it through its endpoint
+setting.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""GGUF export: the written file loads back through slimrl's GGUF loader with the adapter's outputs; bad input raises."""
+"""GGUF export: the file loads back through slimrl's GGUF loader with the adapter's outputs; bad input raises."""
 
 import json
 

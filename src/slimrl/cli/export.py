@@ -25,10 +25,13 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
                         help="dtype the base loads in (default: the training run's) and merged_16bit saves (default: "
                              "float16).")
-    parser.add_argument("--output_dir", default=None, help="Where to write; default: <adapter>-merged or <adapter>-gguf.")
+    parser.add_argument("--output_dir", default=None,
+                        help="Where to write; default: <adapter>-merged or <adapter>-gguf.")
     parser.add_argument("--model_name_or_path", default=None,
                         help="Base model; default: the one recorded in the adapter folder.")
-    parser.add_argument("--max_shard_size", default="5GB", help="--format merged: safetensors shard size.")
+    from slimrl.export.merged import MAX_SHARD_SIZE
+
+    parser.add_argument("--max_shard_size", default=MAX_SHARD_SIZE, help="--format merged: safetensors shard size.")
     parser.add_argument("--push_to_hub", default=None, metavar="REPO",
                         help="Also upload the result to this Hub repository (user/name).")
     parser.add_argument("--token", default=None, help="Hub token; default: huggingface_hub's login / HF_TOKEN.")

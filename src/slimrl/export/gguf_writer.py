@@ -1,4 +1,4 @@
-"""`save_pretrained_gguf`: the merged model as one GGUF file, written with the `gguf` Python package (no llama.cpp build).
+"""`save_pretrained_gguf`: the merged model as one GGUF file, written by the `gguf` Python package (no llama.cpp).
 
 Choices:
 - Weights: `slimrl.generation.weights.engine_weights` in float32 (the active LoRA merged into new tensors, a 4-bit

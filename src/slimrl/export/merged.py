@@ -35,6 +35,7 @@ from ..generation.weights import checkpoint_name, engine_weights
 logger = logging.getLogger("slimrl")
 
 SAVE_METHODS = ("merged_16bit", "merged_4bit", "lora")
+MAX_SHARD_SIZE = "5GB"  # Unsloth's and transformers' default
 _ALIASES = {"merged_4bit_forced": "merged_4bit", "16bit": "merged_16bit", "4bit": "merged_4bit"}
 _SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
@@ -116,7 +117,8 @@ def save_tokenizer(tokenizer, save_directory: str) -> None:
     tokenizer.save_pretrained(save_directory)
 
 
-def write_checkpoint(model, folder: str, dtype: torch.dtype, max_shard_size="5GB", use_adapter: bool = True) -> int:
+def write_checkpoint(model, folder: str, dtype: torch.dtype, max_shard_size=MAX_SHARD_SIZE,
+                     use_adapter: bool = True) -> int:
     """The merged weights (safetensors, sharded above `max_shard_size`), config and generation config; returns the
     number of tensors written."""
     from huggingface_hub import save_torch_state_dict
@@ -131,7 +133,7 @@ def write_checkpoint(model, folder: str, dtype: torch.dtype, max_shard_size="5GB
     return len(state)
 
 
-def save_merged_16bit(model, save_directory: str, tokenizer, dtype: torch.dtype, max_shard_size="5GB",
+def save_merged_16bit(model, save_directory: str, tokenizer, dtype: torch.dtype, max_shard_size=MAX_SHARD_SIZE,
                       use_adapter: bool = True) -> str:
     """The merged checkpoint in `dtype` plus the tokenizer; returns the folder."""
     count = write_checkpoint(model, save_directory, dtype, max_shard_size, use_adapter)
@@ -141,7 +143,7 @@ def save_merged_16bit(model, save_directory: str, tokenizer, dtype: torch.dtype,
     return save_directory
 
 
-def save_merged_4bit(model, save_directory: str, tokenizer, max_shard_size="5GB") -> str:
+def save_merged_4bit(model, save_directory: str, tokenizer, max_shard_size=MAX_SHARD_SIZE) -> str:
     """Merge to a temporary 16-bit folder, reload it as NF4 with transformers + bitsandbytes, save that."""
     from transformers import AutoModelForCausalLM
 

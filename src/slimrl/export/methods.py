@@ -105,8 +105,8 @@ def load_lora(model, save_directory, load_tensors: bool = False):
 
 def save_pretrained_merged(model, save_directory, tokenizer=None, save_method: str = "merged_16bit",
                            push_to_hub: bool = False, token=None, is_main_process: bool = True,
-                           max_shard_size="5GB", safe_serialization: bool = True, private=None, dtype=None,
-                           **unsloth_kwargs):
+                           max_shard_size=merged.MAX_SHARD_SIZE, safe_serialization: bool = True, private=None,
+                           dtype=None, **unsloth_kwargs):
     """Save the model with its LoRA merged (a new copy; the model is untouched) as a transformers folder.
 
     save_method: "merged_16bit" (float16 safetensors: vLLM, TGI, llama.cpp's converter),
@@ -140,7 +140,7 @@ def save_pretrained_merged(model, save_directory, tokenizer=None, save_method: s
 
 def push_to_hub_merged(model, repo_id: str, tokenizer=None, save_method: str = "merged_16bit",
                        commit_message: str | None = "Trained with slimrl", private=None, token=None,
-                       max_shard_size="5GB", create_pr: bool = False, safe_serialization: bool = True,
+                       max_shard_size=merged.MAX_SHARD_SIZE, create_pr: bool = False, safe_serialization: bool = True,
                        revision: str | None = None, commit_description: str | None = None, dtype=None,
                        **unsloth_kwargs):
     """save_pretrained_merged into a temporary folder, then create the Hub repo (if needed) and upload it.
