@@ -1,4 +1,5 @@
-"""The `slimrl` command: `grpo` (train), `generate` / `chat` (try an adapter), `doctor` (environment report).
+"""The `slimrl` command: `grpo` (train), `generate` / `chat` (try an adapter), `export` (merged / GGUF / Hub),
+`doctor` (environment report).
 
 Choices made: the entry point is `slimrl.cli:main(argv=None) -> int`, callable in-process (tests run `main([...])`).
 Subcommands are dispatched on the first word so `slimrl grpo` can use TRL's own TrlParser (GRPOConfig flags and
@@ -21,6 +22,7 @@ COMMANDS = {
     "kto": "Train with KTO on rows labelled desirable / undesirable (built-in: the arithmetic set, unpaired).",
     "generate": "Answer prompt(s) with a trained adapter and with the base model (adapter disabled).",
     "chat": "Interactive `generate`: one prompt per line, empty line or EOF to quit.",
+    "export": "Merge an adapter into its base (--format merged) or write a GGUF (--format gguf); --push_to_hub REPO.",
     "doctor": "Print versions, device, dtype choice and which optional parts are usable.",
 }
 
@@ -30,7 +32,8 @@ def _top_help() -> str:
              "commands:"]
     lines += [f"  {name:<9} {text}" for name, text in COMMANDS.items()]
     lines += ["", "example: slimrl grpo --max_steps 50 --learning_rate 5e-5 --output_dir outputs/run1",
-              "         slimrl generate --adapter outputs/run1 \"What is 7 + 5?\""]
+              "         slimrl generate --adapter outputs/run1 \"What is 7 + 5?\"",
+              "         slimrl export --adapter outputs/run1 --format gguf --quantization q8_0"]
     return "\n".join(lines)
 
 
@@ -41,6 +44,10 @@ def _small_parser(command: str) -> argparse.ArgumentParser:
         from slimrl.cli.generate import add_generate_arguments
 
         add_generate_arguments(parser, interactive_default=command == "chat")
+    if command == "export":
+        from slimrl.cli.export import add_export_arguments
+
+        add_export_arguments(parser)
     return parser
 
 
@@ -81,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         from slimrl.doctor import print_report
 
         print_report()
+        return 0
+    if command == "export":
+        from slimrl.cli.export import run_export
+
+        run_export(args)
         return 0
     from slimrl.cli.generate import run_generate
 

@@ -85,6 +85,9 @@ def write_run_outputs(out: str, run_info: dict, before, after, train_seconds: fl
           f"saved to {out} (train {summary['train_seconds']} s, wall {summary['wall_seconds']} s)", flush=True)
     if before and after:
         print(f"[slimrl] accuracy before {before['accuracy']:.3f} -> after {after['accuracy']:.3f}", flush=True)
+    from slimrl.cli.export import export_hint
+
+    print(export_hint(out), flush=True)
     return summary
 
 

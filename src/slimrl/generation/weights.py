@@ -7,6 +7,8 @@
   from what stock TRL computes.
 - Which weights go: all of them (see engine_weights): a partial push of a packed q/k/v tensor left its other
   shards as garbage in a test on this machine.
+- A bitsandbytes 4-bit base weight (`Params4bit`, packed bytes) is dequantized before ΔW is added: packed bytes plus
+  a delta would be garbage (slimrl.export merges 4-bit bases through this function too).
 - The state key says when the engine is stale: a checksum of the trainable weights (cheap for LoRA: a few MB),
   plus which adapter is active, so `fast_generate` after an optimizer step, a `load_state_dict`, or an adapter
   switch re-syncs, and two calls with nothing changed do not.
@@ -71,6 +73,16 @@ def state_key(model, use_adapter: bool) -> tuple:
     return ("adapter" if lora else "full", active_adapters(model), tuple(sums))
 
 
+def dense_weight(param) -> torch.Tensor:
+    """The parameter's values as a dense tensor: a bitsandbytes `Params4bit` dequantized, anything else as is."""
+    quant_state = getattr(param, "quant_state", None)
+    if type(param).__name__ == "Params4bit" and quant_state is not None:
+        from bitsandbytes.functional import dequantize_4bit
+
+        return dequantize_4bit(param.data, quant_state)
+    return param.detach()
+
+
 @torch.no_grad()
 def engine_weights(model, dtype: torch.dtype, use_adapter: bool = True):
     """Yield (checkpoint name, tensor) for every weight of the model, the active LoRA merged in unless
@@ -81,10 +93,11 @@ def engine_weights(model, dtype: torch.dtype, use_adapter: bool = True):
     for name, p in model.named_parameters(remove_duplicate=True):
         if ".lora_" in name or ".original_module." in name:
             continue
-        tensor = p.detach()
+        tensor = dense_weight(p)
         owner, _, leaf = name.rpartition(".")
         layer = layers.get(owner.removesuffix(".base_layer")) if owner.endswith(".base_layer") else None
         if layer is not None and leaf == "weight" and adapters and not getattr(layer, "merged", False):
+            tensor = tensor.to(torch.promote_types(tensor.dtype, dtype))  # a float32 export adds in float32
             for adapter in adapters:
                 if adapter in layer.lora_A or adapter in getattr(layer, "lora_embedding_A", {}):
                     tensor = tensor + layer.get_delta_weight(adapter).to(tensor.dtype)

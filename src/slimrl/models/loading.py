@@ -26,7 +26,7 @@ import warnings
 
 import torch
 
-from . import embedded, quantization
+from . import adapters, embedded, quantization
 
 logger = logging.getLogger("slimrl")
 
@@ -208,5 +208,6 @@ def load_model_and_tokenizer(model_name, max_seq_length: int = 2048, dtype=None,
     model.max_seq_length = max_seq_length
     model._slimrl_tokenizer = tokenizer
     model._slimrl_dtype = chosen
+    model._slimrl_model_name = adapters.requested_model_name(model_name)
     logger.info("slimrl: loaded in %.2f s", time.perf_counter() - start)
     return model, tokenizer, options

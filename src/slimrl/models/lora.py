@@ -20,7 +20,7 @@ import warnings
 import torch
 from torch import nn
 
-from . import checkpointing
+from . import adapters, checkpointing
 
 logger = logging.getLogger("slimrl")
 
@@ -68,6 +68,8 @@ def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16
     from peft import LoraConfig, PeftModel
     from peft import get_peft_model as peft_get_peft_model
 
+    from ..export import attach_export_methods
+
     mode = checkpointing.normalize_mode(use_gradient_checkpointing)
     if isinstance(model, PeftModel):
         warnings.warn("get_peft_model: the model already has LoRA adapters; returning it unchanged "
@@ -96,6 +98,8 @@ def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(random_state)
         peft_model = peft_get_peft_model(model, config)
+    adapters.set_base_model_name(peft_model, model)  # the adapter names what the user loaded, not a cache folder
+    attach_export_methods(peft_model)
     if getattr(model, "vllm_engine", None) is not None:
         import weakref
 

@@ -1,0 +1,80 @@
+"""Hub upload, the model card, and the Ollama Modelfile that go with an exported folder.
+
+Choices:
+- Upload with huggingface_hub's own client: `HfApi.create_repo(exist_ok=True)` then `HfApi.upload_folder` (one
+  commit). The endpoint is huggingface_hub's (`HF_ENDPOINT`); the token is the caller's, else huggingface_hub's
+  login / `HF_TOKEN`. Tests run this client against a local stand-in of the Hub API, never the network.
+- The model card is a short README.md with Hub metadata: `base_model` only when the base is a Hub id (the Hub
+  rejects a local path), the embedded model mapped to its Hub id; tags slimrl and trl.
+- The Modelfile points Ollama at the GGUF next to it. A ChatML chat template (SmolLM2, Qwen2) is spelled as
+  Ollama's TEMPLATE with `<|im_end|>` as stop; for other templates only FROM and the eos stop are written and
+  Ollama reads the template from the GGUF metadata itself.
+"""
+
+from __future__ import annotations
+
+import os
+
+EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+_CHATML_OLLAMA_TEMPLATE = (
+    '{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n'
+)
+
+
+def hub_base_model(name: str | None) -> str | None:
+    """The Hub id to name as `base_model` in a model card, or None (local paths, GGUF files)."""
+    from ..models.embedded import is_embedded_name
+
+    if name is None:
+        return None
+    if is_embedded_name(name):
+        return EMBEDDED_HUB_ID
+    parts = name.split("/")
+    if len(parts) == 2 and all(parts) and not os.path.exists(name) and not name.startswith((".", "~")):
+        return name
+    return None
+
+
+def write_model_card(folder: str, base_name: str | None, library: str) -> str:
+    """README.md with Hub metadata for an exported folder; returns its path."""
+    lines = ["---", f"library_name: {library}", "tags:", "- slimrl", "- trl"]
+    base = hub_base_model(base_name)
+    if base is not None:
+        lines.append(f"base_model: {base}")
+    lines += ["---", "", "Fine-tuned with slimrl (reinforcement learning on Hugging Face TRL)"
+              + (f" from `{base_name}`." if base_name else ".")]
+    path = os.path.join(folder, "README.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def write_modelfile(folder: str, gguf_filename: str, tokenizer) -> str:
+    """An Ollama Modelfile next to the GGUF (`ollama create NAME -f Modelfile`); returns its path."""
+    template = getattr(tokenizer, "chat_template", None) or ""
+    lines = [f"FROM ./{gguf_filename}"]
+    if "<|im_start|>" in template:
+        lines.append(f'TEMPLATE """{_CHATML_OLLAMA_TEMPLATE}"""')
+        lines.append('PARAMETER stop "<|im_end|>"')
+    elif tokenizer is not None and tokenizer.eos_token:
+        lines.append(f'PARAMETER stop "{tokenizer.eos_token}"')
+    path = os.path.join(folder, "Modelfile")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def upload_folder(folder: str, repo_id: str, token=None, private=None, commit_message: str | None = None,
+                  commit_description: str | None = None, create_pr: bool = False, revision: str | None = None) -> str:
+    """Create `repo_id` if needed and upload `folder` in one commit; returns the commit URL."""
+    from huggingface_hub import HfApi
+
+    if not isinstance(repo_id, str) or not repo_id.strip():
+        raise ValueError(f"repo_id must be a Hub repository id such as 'user/my-model'; got {repo_id!r}")
+    api = HfApi(token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+    info = api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="model",
+                             commit_message=commit_message or "Upload model trained with slimrl",
+                             commit_description=commit_description, create_pr=create_pr, revision=revision)
+    return str(getattr(info, "commit_url", info))

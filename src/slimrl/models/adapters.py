@@ -1,0 +1,97 @@
+"""Adapters that travel: the base model an adapter names, and loading an adapter folder by its path.
+
+Choices:
+- `model._slimrl_model_name` records what the user asked `from_pretrained` for: a Hub id or folder as given, the
+  embedded model's short name ("smollm2-135m"), or a `.gguf` file as an absolute path (a relative one would only
+  resolve from the directory it was typed in). `model.config._name_or_path` is left alone: for the embedded model
+  it is slimrl's cache folder, which TRL reloads full fine-tuning references from.
+- The adapter's `base_model_name_or_path` is set once, on the PEFT config, when get_peft_model wraps the model.
+  Every way an adapter is written (`trainer.save_model`, `model.save_pretrained`, `save_lora`, TRL checkpoints,
+  `push_to_hub`) serialises that config, so one assignment covers them all; peft only fills the field when empty.
+- At every save, peft looks for `<base>/config.json` locally, then on the Hub, to see whether the vocabulary was
+  resized; for "smollm2-135m" or a `.gguf` path it finds none, warns twice and assumes the vocabulary unchanged,
+  which is right (slimrl never resizes it). Those two warnings, for that name only, are filtered (registered once
+  in Python's warnings filters); peft's Hub lookup itself still runs where the network is up (HF_HUB_OFFLINE=1
+  skips it).
+- `FastLanguageModel.from_pretrained(adapter_folder)` (as in Unsloth) loads the base the adapter names through
+  slimrl's loader (so "smollm2-135m" and `.gguf` bases resolve) and puts the adapter on it, trainable, so training
+  can go on; the tokenizer is the base's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import warnings
+
+from . import embedded
+
+logger = logging.getLogger("slimrl")
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def requested_model_name(model_name) -> str:
+    """The name an adapter should record for the base `model_name` given to from_pretrained."""
+    name = os.fspath(model_name)
+    if name.lower().endswith(".gguf") and os.path.isfile(name):
+        return os.path.abspath(name)
+    return name
+
+
+def set_base_model_name(peft_model, model) -> None:
+    """Point every adapter config of `peft_model` at the model the user asked for (when slimrl loaded it)."""
+    name = getattr(model, "_slimrl_model_name", None)
+    if name is None:
+        return
+    for config in getattr(peft_model, "peft_config", {}).values():
+        config.base_model_name_or_path = name
+    if embedded.is_embedded_name(name) or name.lower().endswith(".gguf"):
+        _quiet_peft_vocabulary_check(name)
+
+
+def _quiet_peft_vocabulary_check(name: str) -> None:
+    """Filter peft's two save-time warnings about finding no config.json for `name` (see the module docstring)."""
+    pattern = rf"(Unable to fetch remote file .* config\.json in {re.escape(name)}\.|Could not find a config file in " \
+              rf"{re.escape(name)} - )"
+    if not any(f[1] is not None and f[1].pattern == pattern for f in warnings.filters):
+        warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
+
+
+def is_adapter_folder(model_name) -> bool:
+    """A local folder holding a PEFT adapter and no full model (config.json absent)."""
+    path = os.fspath(model_name)
+    return (os.path.isdir(path) and os.path.isfile(os.path.join(path, ADAPTER_CONFIG))
+            and not os.path.isfile(os.path.join(path, "config.json")))
+
+
+def adapter_base_name(folder: str) -> str:
+    with open(os.path.join(folder, ADAPTER_CONFIG)) as f:
+        name = json.load(f).get("base_model_name_or_path")
+    if not name:
+        raise ValueError(f"{folder}/{ADAPTER_CONFIG} names no base model (base_model_name_or_path is empty); load the "
+                         "base with FastLanguageModel.from_pretrained(base) and the adapter with "
+                         "peft.PeftModel.from_pretrained(model, folder).")
+    if not embedded.is_embedded_name(name) and os.path.isabs(name) and not os.path.exists(name):
+        raise FileNotFoundError(f"The adapter in {folder} was trained on {name}, which is not on this machine; pass "
+                                "the base yourself: PeftModel.from_pretrained(FastLanguageModel.from_pretrained(base)"
+                                "[0], folder).")
+    return name
+
+
+def load_adapter_folder(folder: str, load_base):
+    """(PeftModel, tokenizer): `load_base(base_name)` gives (model, tokenizer); the adapter goes on top, trainable."""
+    import weakref
+
+    from peft import PeftModel
+
+    base_name = adapter_base_name(folder)
+    logger.info("slimrl: %s is an adapter; loading its base %s", folder, base_name)
+    model, tokenizer = load_base(base_name)
+    peft_model = PeftModel.from_pretrained(model, folder, is_trainable=True)
+    if getattr(model, "vllm_engine", None) is not None:
+        model.vllm_engine.check_rank(peft_model)
+        model._slimrl_peft_owner = weakref.ref(peft_model)
+    return peft_model, tokenizer
