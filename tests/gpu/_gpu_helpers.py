@@ -12,12 +12,13 @@ Choices, and why:
   both safe and sharp. bf16 keeps 8 significant bits (unit roundoff u = 2^-8 = 3.9e-3), and after two SGD steps on
   these tiny models stock TRL's own bf16 run sits far from its fp32 run (measured with the CPU harness, norm-relative
   over the whole model: gradients 0.03 for GRPO LoRA to 1.3 for ORPO, where the second step's gradient nearly
-  cancels; losses 8e-4 to 3e-2): a fixed bound would have to be that loose. Two implementations that round at different places (stock ORPO rounds the full
-  `[2B, T, V]` logits to bf16, slimrl folds them chunk by chunk in fp32) are equally legitimate. So bf16 is judged
-  by accuracy: against the fp32 run of the same case (same rollouts / batches, checked exactly), the patched bf16
-  error (loss, every gradient, final weights) must be at most BF16_ACCURACY_FACTOR (2) times stock TRL's bf16 error,
-  plus BF16_FLOOR (u / 10: differences below a tenth of one bf16 rounding are noise whatever stock's error is).
-  This is the rule the CPU suite applies to bf16 autocast (tests/patches/test_grpo_parity.py).
+  cancels; losses 8e-4 to 3e-2): a fixed bound would have to be that loose. Implementations that round at different
+  places (stock ORPO rounds the full `[2B, T, V]` logits to bf16, slimrl folds them chunk by chunk in fp32) are
+  equally legitimate. So bf16 is judged by accuracy: against the fp32 run of the same case (same rollouts / batches,
+  checked exactly), the patched bf16 error (loss, all gradients, final weights) must be at most
+  BF16_ACCURACY_FACTOR (2) times stock TRL's bf16 error, plus BF16_FLOOR (u / 10: differences below a tenth of one
+  bf16 rounding are noise whatever stock's error is). The CPU suite applies the same rule to bf16 autocast
+  (tests/patches/test_grpo_parity.py).
 - Measured numbers (errors, peaks) are appended as JSON lines to $SLIMRL_GPU_REPORT when it is set, for the README.
 - Negative controls: a 0.1% change of the patched model's lm_head must fail the fp32 comparison. At bf16 the rule
   cannot see errors smaller than stock's own bf16 error; its control is a 5% change of the lm_head (DPO), which must
@@ -55,7 +56,7 @@ BF16_ACCURACY_FACTOR = 2.0
 BF16_FLOOR = 2.0**-8 / 10
 FP32_CONTROL_SCALE, BF16_CONTROL_SCALE = 1.001, 1.05  # negative controls: the patched lm_head scaled by this
 
-__all__ = ["H", "O", "P", "MARKS", "BF16_ACCURACY_FACTOR", "BF16_FLOOR", "cuda_config", "trace_errors"]
+__all__ = ["BF16_ACCURACY_FACTOR", "BF16_FLOOR", "MARKS", "H", "O", "P", "cuda_config", "trace_errors"]
 
 
 def report(test: str, **values) -> None:

@@ -5,9 +5,10 @@ allocated (reset at the step's start)."""
 import pytest
 import torch
 
-from _gpu_helpers import MARKS, H, P, cuda_config, report
 from slimrl.models.checkpointing import apply_checkpointing, base_transformers_model
 from slimrl.testing import tiny_llama
+
+from _gpu_helpers import MARKS, H, P, cuda_config, report
 
 pytestmark = MARKS
 

@@ -10,9 +10,10 @@ at other places than TRL's kernel, so it must be no less accurate than it (at mo
 import pytest
 import torch
 
-from _gpu_helpers import MARKS, P, report
 from slimrl.ops.lean_logprob import LeanLogProbFunction, resolve_num_chunks
 from slimrl.ops.logprob import fused_logprobs
+
+from _gpu_helpers import MARKS, P, report
 
 pytestmark = MARKS
 

@@ -16,9 +16,10 @@ from contextlib import nullcontext
 import pytest
 import torch
 
+from slimrl.ops.lean_logprob import LeanLogProbFunction
+
 from _gpu_helpers import (BF16_ACCURACY_FACTOR, BF16_CONTROL_SCALE, BF16_FLOOR, FP32_CONTROL_SCALE, MARKS, H, O, P,
                           cuda_config, report, same_batches, scale_lm_head, trace_errors)
-from slimrl.ops.lean_logprob import LeanLogProbFunction
 
 pytestmark = MARKS
 
@@ -86,7 +87,7 @@ def _check_head(case: str, patched) -> None:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_fp32_parity_on_cuda(case, tmp_path, unpatched):
-    stock, patched, traces = _run(case, "fp32", str(tmp_path))
+    _, patched, traces = _run(case, "fp32", str(tmp_path))
     _check_head(case, patched)
     _assert_match(case, traces, P.RTOL)
     report(f"fp32 parity {case}", rtol=P.RTOL, **trace_errors(traces[1], traces[0]))

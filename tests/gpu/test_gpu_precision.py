@@ -7,10 +7,11 @@ import types
 import pytest
 import torch
 
-from _gpu_helpers import MARKS, P, cuda_config
 from slimrl import FastLanguageModel
 from slimrl.patches import precision
 from slimrl.testing import tiny_llama
+
+from _gpu_helpers import MARKS, P, cuda_config
 
 pytestmark = MARKS
 

@@ -6,9 +6,10 @@ import importlib.util
 import pytest
 import torch
 
+from slimrl import FastLanguageModel
+
 from _gpu_helpers import MARKS, P, cuda_config
 from _models_helpers import batch, lora_grads_around_generate
-from slimrl import FastLanguageModel
 
 pytestmark = [*MARKS, pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None,
                                          reason="bitsandbytes not installed (scripts/gpu_wheels.sh carries it)")]
