@@ -2,10 +2,7 @@
 # The GPU tier: every test marked `gpu` (tests/gpu/), one command, on a bare GPU machine with no network.
 #   bash scripts/test_gpu.sh [pytest args]          e.g. -x, -k parity, tests/gpu/test_gpu_ops.py
 #
-# - Wheels: when .whl/ holds wheels (scripts/gpu_wheels.sh downloads them where pip works; the device tool carries
-#   the folder), they are installed offline (--no-index --no-deps) into $GPU_SITE (default /tmp/site), which goes on
-#   PYTHONPATH ahead of the image's site-packages. Without .whl/ the installed packages are used as they are.
-# - slimrl runs from src/ (on PYTHONPATH): a pip install could not resolve its dependencies offline.
+# - scripts/gpu_env.sh (sourced) installs the carried wheels of .whl/ offline and puts them and src/ on PYTHONPATH.
 # - A preflight prints the GPU and the versions and stops with the missing package named, before pytest starts.
 #   Without CUDA it stops too (exit 2), unless ALLOW_NO_GPU=1: then every test is collected and skips with its reason.
 # - Measured numbers (parity errors, peaks) go as JSON lines to $SLIMRL_GPU_REPORT (default: none; on the device
@@ -13,13 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SITE="${GPU_SITE:-/tmp/site}"
-if compgen -G ".whl/*.whl" > /dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
-    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+source scripts/gpu_env.sh
 export CUBLAS_WORKSPACE_CONFIG="${CUBLAS_WORKSPACE_CONFIG:-:4096:8}"  # deterministic cuBLAS (the parity tests)
 
 python3 - <<'EOF'
