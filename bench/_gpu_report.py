@@ -71,9 +71,12 @@ def pref_table(rows: list[dict]) -> str:
 
 
 def _longest(row: dict) -> str:
+    stopped = " (search stopped by the deadline)" if row.get("stopped") else ""
     if row["longest"] is None:
-        return "none"
-    return f">= {row['longest']} (max probed)" if row["first_failure"] is None else str(row["longest"])
+        return "none" + stopped
+    if row["first_failure"] is None:
+        return f">= {row['longest']} (largest probed){stopped}"
+    return str(row["longest"]) + stopped
 
 
 def bisect_table(rows: list[dict]) -> str:

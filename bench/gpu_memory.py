@@ -8,17 +8,18 @@ the search, runs in its own process (this script re-invoked with --child). Arms,
     PYTHONPATH=src python bench/gpu_memory.py --only grpo --models 8b --json $OUT/grpo_8b.json
     python bench/gpu_memory.py --report a.json b.json                      # one markdown table from several runs
 
-Device budget: one command may run 10 minutes, a session has 30 minutes of device time. The full run does not fit in
-one command, so it is split; each call writes its rows to its --json file as they come (partial results survive a
-killed command) and prints its table; `--report` joins the files. Estimates for an H100 (not measured: weights,
-FLOP counts at ~400 TFLOP/s, ~20 s of imports and model build per process):
-  1. bash scripts/test_gpu.sh                                                   4-6 min
-  2. --only grpo --models 8b --lengths 8192 2048            (6 processes)      4-6 min   the targets' row
-  3. --only bisect --models 8b --arms stock slimrl --guess-from <2's json>      4-6 min
-  4. --only bisect --models 8b --arms slimrl-offload --guess-from <2's json>    5-8 min   (probes of 30-45K tokens)
-  5. --only grpo pref --models 1.5b                         (14 processes)     5-7 min
-  6. --only pref --models 8b                                (4 processes)      3-4 min
-Calls 1-4 (~20-26 min with machine starts) are what the targets need; 5-6 complete the table when time is left.
+Device budget: one command may run 10 minutes, a session has 30 minutes of device time, so the full run is split
+into calls (exact device-tool commands: docs/README-gpu.md). Each call writes its rows to its --json file as they
+come (a killed command keeps what it finished), no child starts that would not end before --deadline (570 s), and
+`--report` joins the files into one table. Estimates for an H100 (not measured: FLOP counts at ~400 TFLOP/s and
+~20 s of imports and model build per process):
+  1. bash scripts/test_gpu.sh                                                        4-6 min
+  2. --only grpo --models 8b --lengths 8192 2048                    (6 processes)   4-6 min  the targets' rows
+  3. --only bisect --models 8b --arms stock --guess-from <2's json>  (3-5 probes)   3-6 min
+  4. --only bisect --models 8b --arms slimrl-offload --resolution 2048 --guess-from <2's json>   5-9 min
+  5. --only pref --models 8b --arms stock slimrl                    (4 processes)   2-4 min
+  6. --only grpo pref --models 1.5b                                 (12 processes)  5-7 min
+Calls 1-4 (~20-27 min with the machine's start) are what the targets need; 5-6 complete the table in a later session.
 
 Choices:
 * Ratios are taken against the stock arm of the same (model, length, rows, rollouts). Targets (issue 18, 8B-class,
@@ -39,6 +40,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import pin_threads, run_self  # noqa: E402
@@ -53,15 +55,32 @@ def longest_fit(probe, start: int, resolution: int, maximum: int, step: int | No
 
     Gallops from `start` (steps `step`, doubling; default `start`, i.e. doubling lengths) until the answer is
     bracketed, then bisects. Returns the longest fit (None if nothing down to `resolution` fits), the first failing
-    length (None if `maximum` fits) and every probe in order."""
+    length (None if `maximum` fits) and every probe in order. A probe returning None stops the search: the result is
+    then the bracket found so far, marked `stopped`."""
     results: dict[int, bool] = {}
 
     def fits(length: int) -> bool:
         if length not in results:
-            results[length] = bool(probe(length))
+            ok = probe(length)
+            if ok is None:  # the prober ran out of time: report the bracket found so far
+                raise _Stopped
+            results[length] = bool(ok)
         return results[length]
 
-    step = step or start
+    try:
+        lo, hi = _search(fits, start, resolution, maximum, step or start)
+    except _Stopped:
+        lo = max((n for n, ok in results.items() if ok), default=None)
+        hi = min((n for n, ok in results.items() if not ok), default=None)
+        return {"longest": lo, "first_failure": hi, "probes": list(results.items()), "stopped": True}
+    return {"longest": lo, "first_failure": hi, "probes": list(results.items()), "stopped": False}
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _search(fits, start: int, resolution: int, maximum: int, step: int) -> tuple[int | None, int | None]:
     lo = hi = None
     if fits(start):
         lo = start
@@ -78,7 +97,7 @@ def longest_fit(probe, start: int, resolution: int, maximum: int, step: int | No
     while lo is not None and hi is not None and hi - lo > resolution:
         mid = lo + (hi - lo) // 2 // resolution * resolution
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return {"longest": lo, "first_failure": hi, "probes": list(results.items())}
+    return lo, hi
 
 
 def guess_longest(rows: list[dict], model: str, arm: str, resolution: int) -> int | None:
@@ -95,11 +114,26 @@ def guess_longest(rows: list[dict], model: str, arm: str, resolution: int) -> in
     return max(resolution, int((total - p0) / slope + l0) // resolution * resolution)
 
 
-def run_child(args: list[str], threads: int, timeout: float) -> dict:
-    try:
-        return run_self(args, threads, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {timeout:.0f} s"}
+class Clock:
+    """The command's time limit: a child starts only if the last child's duration still fits before the deadline."""
+
+    def __init__(self, seconds: float):
+        self.end, self.last = time.monotonic() + seconds, 0.0
+
+    def run(self, args: list[str], threads: int, timeout: float) -> dict | None:
+        left = self.end - time.monotonic()
+        if left < max(self.last, 30.0):
+            return None
+        began = time.monotonic()
+        try:
+            out = run_self(args, threads, timeout=min(timeout, left))
+        except subprocess.TimeoutExpired:
+            out = {"error": f"timeout after {min(timeout, left):.0f} s"}
+        self.last = time.monotonic() - began
+        return out
+
+
+SKIPPED = {"error": "skipped: no time left before --deadline"}
 
 
 def save(rows: list[dict], path: str) -> None:
@@ -110,13 +144,14 @@ def save(rows: list[dict], path: str) -> None:
 
 def run_parts(a) -> list[dict]:
     rows: list[dict] = []
+    clock = Clock(a.deadline)
     known = [r for path in a.guess_from for r in json.load(open(path))["rows"]]
     common = ["--threads", str(a.threads), "--device", a.device]
 
     def add(row: dict) -> dict:
         rows.append(row)
         save(rows, a.json)
-        print(json.dumps({k: v for k, v in row.items() if k != "probes"}), file=sys.stderr, flush=True)
+        print(json.dumps({k: v for k, v in row.items() if k != "probes"})[:600], file=sys.stderr, flush=True)
         return row
 
     for model in a.models:
@@ -125,33 +160,35 @@ def run_parts(a) -> list[dict]:
                 for arm in a.arms:
                     base = {"kind": "grpo", "arm": arm, "model": model, "length": length, "rows": a.rows,
                             "rollouts": a.rollouts}
-                    add(dict(base, **run_child(["--child", "grpo", "--arm", arm, "--model", model, "--length",
-                                                str(length), "--rows", str(a.rows), "--steps", str(a.steps),
-                                                "--rollouts", a.rollouts, *common], a.threads, a.timeout)))
+                    add(dict(base, **(clock.run(["--child", "grpo", "--arm", arm, "--model", model, "--length",
+                                                 str(length), "--rows", str(a.rows), "--steps", str(a.steps),
+                                                 "--rollouts", a.rollouts, *common], a.threads, a.timeout)
+                                       or SKIPPED)))
         if "bisect" in a.only:
             for arm in a.arms:
-                add(bisect_arm(a, model, arm, known + rows, common))
+                add(bisect_arm(a, model, arm, known + rows, common, clock, add))
         if "pref" in a.only:
             for trainer in a.pref_trainers:
                 for arm in a.arms:
                     base = {"kind": "pref", "arm": arm, "trainer": trainer, "model": model,
                             "length": a.pref_length, "rows": a.pref_pairs}
-                    add(dict(base, **run_child(["--child", "pref", "--arm", arm, "--trainer", trainer, "--model",
-                                                model, "--length", str(a.pref_length), "--rows",
-                                                str(a.pref_pairs), "--steps", str(a.steps), *common],
-                                               a.threads, a.timeout)))
+                    add(dict(base, **(clock.run(["--child", "pref", "--arm", arm, "--trainer", trainer, "--model",
+                                                 model, "--length", str(a.pref_length), "--rows",
+                                                 str(a.pref_pairs), "--steps", str(a.steps), *common],
+                                                a.threads, a.timeout) or SKIPPED)))
     return rows
 
 
-def bisect_arm(a, model: str, arm: str, known: list[dict], common: list[str]) -> dict:
+def bisect_arm(a, model: str, arm: str, known: list[dict], common: list[str], clock: Clock, add) -> dict:
     outcomes: dict[int, dict] = {}
 
-    def probe(length: int) -> bool:
-        out = run_child(["--child", "grpo", "--arm", arm, "--model", model, "--length", str(length), "--rows",
+    def probe(length: int) -> bool | None:
+        out = clock.run(["--child", "grpo", "--arm", arm, "--model", model, "--length", str(length), "--rows",
                          str(a.rows), "--steps", "1", "--rollouts", "synthetic", *common], a.threads, a.timeout)
+        if out is None:
+            return None
         outcomes[length] = out
-        print(f"[probe {model} {arm} {length}] " + ("OOM" if out.get("oom") else out.get("error", "fits")[:300]),
-              file=sys.stderr, flush=True)
+        add({**out, "kind": "probe", "arm": arm, "model": model, "length": length})  # kept if the command is killed
         return not out.get("oom") and "error" not in out
 
     guess = guess_longest(known, model, arm, a.resolution)
@@ -182,6 +219,9 @@ def main(argv=None) -> int:
     p.add_argument("--pref-length", type=int, default=4096)
     p.add_argument("--pref-pairs", type=int, default=2)
     p.add_argument("--timeout", type=float, default=540, help="seconds per child process")
+    p.add_argument("--deadline", type=float, default=570,
+                   help="seconds for the whole command: no child starts that would not end before it (the device "
+                        "tool stops a command at 600 s)")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--smoke", action="store_true", help=f"CPU, toy model, seconds: {SMOKE}")
@@ -212,7 +252,7 @@ def main(argv=None) -> int:
     if a.smoke:
         a.device, a.models, a.lengths, a.pref_length = "cpu", SMOKE["models"], SMOKE["lengths"], SMOKE["pref_length"]
         a.start, a.resolution, a.maximum, a.steps = SMOKE["start"], SMOKE["resolution"], SMOKE["maximum"], 2
-        a.threads = min(a.threads, 1)
+        a.threads, a.deadline = min(a.threads, 1), max(a.deadline, 3600)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     print(render(run_parts(a)))
     return 0

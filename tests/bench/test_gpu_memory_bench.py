@@ -47,6 +47,17 @@ def test_longest_fit_below_start_nothing_and_everything(limit, longest, failure)
     assert (found["longest"], found["first_failure"]) == (longest, failure)
 
 
+def test_longest_fit_stops_with_the_bracket_when_the_prober_has_no_time_left():
+    answers = iter([True, True, False, None])  # 8192 fits, 16384 fits, 32768 fails, then the deadline
+    found = gpu_memory.longest_fit(lambda n: next(answers), start=8192, resolution=1024, maximum=65536)
+    assert found["stopped"] and (found["longest"], found["first_failure"]) == (16384, 32768)
+    assert [n for n, _ in found["probes"]] == [8192, 16384, 32768]
+
+
+def test_clock_starts_no_child_after_the_deadline():
+    assert gpu_memory.Clock(0).run(["--child", "grpo"], threads=1, timeout=10) is None
+
+
 def test_guess_from_a_linear_fit_of_the_reserved_peak():
     rows = [{"kind": "grpo", "model": "8b", "arm": "stock", "length": n, "reserved": 10 * GiB + n * 2**20,
              "device_total": 80 * GiB} for n in (2048, 8192)]

@@ -68,7 +68,8 @@ def _one_step(algorithm: str, out_dir: str):
     if algorithm == "grpo":
         args = P.make_config("grpo", out_dir, **cuda_config("fp32"))
         trainer = P.build_trainer("grpo", P.tiny_model(0), args, P.lora_config())
-        return trainer, lambda: P.micro_step(trainer, P.generation_batch(args), 1234, P.Trace())
+        # the trainer's own step only: cloning gradients afterwards (as the harness does) could raise the peak read
+        return trainer, lambda: trainer.training_step(trainer.model, P.generation_batch(args), None)
     args = H.make_config("dpo", out_dir, **cuda_config("fp32"))
     trainer = H.build_trainer("dpo", P.tiny_model(0), args, P.lora_config())
     batches, num_items = trainer.get_batch_samples(iter(trainer.get_train_dataloader()), 1, trainer.args.device)
