@@ -6,7 +6,9 @@ Choices, and why:
   machine collects everything and skips cleanly).
 - The stock-vs-patched harnesses are the CPU suite's own (tests/patches/_parity.py, _pref_parity.py,
   _orpo_cpo_parity.py), imported, never copied: on CUDA only the config differs (`use_cpu=False`, `bf16`), and the
-  HF Trainer then puts both models on the GPU. HARNESS_DIRS is the one place that says where they live.
+  HF Trainer then puts both models on the GPU. This module is the only one that calls them (the "harness adapter"
+  section below) and HARNESS_DIRS the one place that says where they live: when the harnesses change, only this
+  section follows.
 - Tolerances. fp32: the harnesses' own (`RTOL`, 1e-5 relative to the tensor's norm), i.e. the same bar as on CPU.
   bf16 (autocast over fp32 master weights, what `bf16=True` trains with): no fixed patched-vs-stock tolerance can be
   both safe and sharp. bf16 keeps 8 significant bits (unit roundoff u = 2^-8 = 3.9e-3), and after two SGD steps on
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS; read when CUDA starts
@@ -56,7 +59,7 @@ BF16_ACCURACY_FACTOR = 2.0
 BF16_FLOOR = 2.0**-8 / 10
 FP32_CONTROL_SCALE, BF16_CONTROL_SCALE = 1.001, 1.05  # negative controls: the patched lm_head scaled by this
 
-__all__ = ["BF16_ACCURACY_FACTOR", "BF16_FLOOR", "MARKS", "H", "O", "P", "cuda_config", "trace_errors"]
+FP32_RTOL = P.RTOL
 
 
 def report(test: str, **values) -> None:
@@ -76,14 +79,84 @@ def cuda_config(precision: str, **overrides) -> dict:
     return dict(use_cpu=False, bf16=precision == "bf16", **overrides)
 
 
+# ---------------------------------------------------------------------------------------------- harness adapter
+RL, OFFLINE = ("grpo", "rloo"), ("dpo", "kto", "orpo")
+patched_state, trainable, rel_err, logged = P.patched_state, P.trainable, P.rel_err, P.logged
+
+
+def tiny_model():
+    return P.tiny_model(0)
+
+
+def lora_config():
+    return P.lora_config()
+
+
+def grpo_trainer(out_dir: str, model=None, peft: bool = True, **config):
+    """A GRPO trainer on the harness's tiny model and data, built in the current patch state."""
+    args = P.make_config("grpo", out_dir, **config)
+    return P.build_trainer("grpo", tiny_model() if model is None else model, args, lora_config() if peft else None)
+
+
+def grpo_step(trainer) -> float:
+    """One `training_step` of the trainer on one generation batch (rollouts included); returns the loss."""
+    return float(trainer.training_step(trainer.model, P.generation_batch(trainer.args), None))
+
+
+def dpo_trainer(out_dir: str, **config):
+    return H.build_trainer("dpo", tiny_model(), H.make_config("dpo", out_dir, **config), lora_config())
+
+
+def dpo_step(trainer) -> float:
+    batches, num_items = trainer.get_batch_samples(iter(trainer.get_train_dataloader()), 1, trainer.args.device)
+    return float(trainer.training_step(trainer.model, batches[0], num_items))
+
+
+def run_pair(algorithm: str, config: dict, out_dir: str, lora: bool, num_chunks=None, lm_head_scale=None,
+             bf16_forward: bool = False):
+    """Stock and patched trainers of `algorithm` on identical tiny models, 2 SGD steps each through the harness:
+    (stock trainer, patched trainer, (stock trace, patched trace)). `lm_head_scale` multiplies the patched lm_head
+    (negative controls); `bf16_forward` runs the steps inside bf16 autocast (what `train()` gives the forward)."""
+    peft = lora_config() if lora else None
+    if algorithm in RL:
+        stock, patched = P.build_pair(algorithm, tiny_model, config, out_dir, peft_config=peft, num_chunks=num_chunks)
+        runner = P.run_pair
+    elif algorithm in ("dpo", "kto"):
+        stock, patched = H.build_pair(algorithm, tiny_model, config, out_dir, peft_config=peft, num_chunks=num_chunks)
+        runner = H.run_pair
+    else:
+        stock, patched = O.build_pair(algorithm, tiny_model, config, out_dir, peft)
+        runner = O.run_pair
+    if lm_head_scale is not None:
+        scale_lm_head(patched, lm_head_scale)
+    with torch.autocast(stock.args.device.type, dtype=torch.bfloat16) if bf16_forward else nullcontext():
+        return stock, patched, runner(algorithm, stock, patched)
+
+
+def assert_pair_matches(algorithm: str, traces, rtol: float = FP32_RTOL) -> None:
+    """The harness's own comparison of two traces (inputs exact or within rtol, losses, gradients, weights,
+    logged metrics)."""
+    if algorithm in RL:
+        P.assert_traces_match(*traces, rtol=rtol)
+    elif algorithm in ("dpo", "kto"):
+        H.assert_traces_match(*traces, rtol=rtol)
+    else:
+        O.assert_traces_match(*traces, rtol=rtol)
+
+
+def head_file(trainer) -> str:
+    return P.head_file(trainer)
+
+
+# ------------------------------------------------------------------------------------------- bf16 accuracy rule
 def trace_errors(trace, reference) -> dict[str, float]:
     """Norm-relative errors of `trace` against `reference` (same case, same batches), each over the whole model so a
     parameter whose gradient is near zero does not dominate: the losses (relative to the largest reference loss),
     all gradients of a micro-step together (worst micro-step), all final trainable weights together."""
     scale = max(max(abs(b) for b in reference.losses), 1e-12)
     loss = max(abs(a - b) for a, b in zip(trace.losses, reference.losses)) / scale
-    grads = max(P.rel_err(_flat(g, r), _flat(r, r)) for g, r in zip(trace.grads, reference.grads))
-    params = P.rel_err(_flat(trace.params, reference.params), _flat(reference.params, reference.params))
+    grads = max(rel_err(_flat(g, r), _flat(r, r)) for g, r in zip(trace.grads, reference.grads))
+    params = rel_err(_flat(trace.params, reference.params), _flat(reference.params, reference.params))
     return {"loss": loss, "grads": grads, "params": params}
 
 

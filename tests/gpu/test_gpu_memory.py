@@ -8,7 +8,8 @@ import torch
 from slimrl.models.checkpointing import apply_checkpointing, base_transformers_model
 from slimrl.testing import tiny_llama
 
-from _gpu_helpers import MARKS, H, P, cuda_config, report
+from _gpu_helpers import (MARKS, cuda_config, dpo_step, dpo_trainer, grpo_step, grpo_trainer, patched_state, rel_err,
+                          report, tiny_model)
 
 pytestmark = MARKS
 
@@ -49,36 +50,32 @@ def test_offload_peak_below_plain_checkpointing_with_the_same_gradients():
     # plain checkpointing holds all 16 layer inputs at the backward's start, offload about one: require half of them
     assert offload_peak <= plain_peak - (LAYERS // 2) * layer_input, (offload_peak, plain_peak)
     for name, grad in plain_grads.items():
-        assert P.rel_err(offload_grads[name], grad) <= 1e-6, name
+        assert rel_err(offload_grads[name], grad) <= 1e-6, name
 
 
 def test_offload_moves_activations_inside_a_patched_grpo_step(tmp_path, unpatched):
-    with P.patched_state("grpo"):
-        model = apply_checkpointing(P.tiny_model(0), "offload")
-        args = P.make_config("grpo", str(tmp_path), gradient_checkpointing=True, **cuda_config("fp32"))
-        trainer = P.build_trainer("grpo", model, args, P.lora_config())
-        P.micro_step(trainer, P.generation_batch(args), 1234, P.Trace())
+    with patched_state("grpo"):
+        model = apply_checkpointing(tiny_model(), "offload")
+        trainer = grpo_trainer(str(tmp_path), model, gradient_checkpointing=True, **cuda_config("fp32"))
+        grpo_step(trainer)
     stats = base_transformers_model(trainer.model)._slimrl_offload_stats
     assert trainer.model._slimrl_checkpointing == "offload"
     assert stats.tensors_moved > 0 and stats.bytes_moved > 0  # on CUDA the saved inputs go to host memory
 
 
 def _one_step(algorithm: str, out_dir: str):
-    """A patched trainer of `algorithm` on the GPU, and a closure running one training_step of it."""
+    """A patched trainer of `algorithm` on the GPU, and a closure running one training_step of it (the trainer's own
+    step only: copying gradients afterwards, as the parity harness does, could raise the peak read after it)."""
     if algorithm == "grpo":
-        args = P.make_config("grpo", out_dir, **cuda_config("fp32"))
-        trainer = P.build_trainer("grpo", P.tiny_model(0), args, P.lora_config())
-        # the trainer's own step only: cloning gradients afterwards (as the harness does) could raise the peak read
-        return trainer, lambda: trainer.training_step(trainer.model, P.generation_batch(args), None)
-    args = H.make_config("dpo", out_dir, **cuda_config("fp32"))
-    trainer = H.build_trainer("dpo", P.tiny_model(0), args, P.lora_config())
-    batches, num_items = trainer.get_batch_samples(iter(trainer.get_train_dataloader()), 1, trainer.args.device)
-    return trainer, lambda: trainer.training_step(trainer.model, batches[0], num_items)
+        trainer = grpo_trainer(out_dir, **cuda_config("fp32"))
+        return trainer, lambda: grpo_step(trainer)
+    trainer = dpo_trainer(out_dir, **cuda_config("fp32"))
+    return trainer, lambda: dpo_step(trainer)
 
 
 @pytest.mark.parametrize("algorithm", ["grpo", "dpo"])
 def test_peak_memory_metric_is_the_steps_cuda_max_allocated(algorithm, tmp_path, unpatched):
-    with P.patched_state(algorithm):
+    with patched_state(algorithm):
         trainer, step = _one_step(algorithm, str(tmp_path))
         spike = torch.empty(GiB, dtype=torch.uint8, device="cuda")  # a lifetime peak the step must not report
         del spike

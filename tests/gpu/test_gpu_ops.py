@@ -13,7 +13,7 @@ import torch
 from slimrl.ops.lean_logprob import LeanLogProbFunction, resolve_num_chunks
 from slimrl.ops.logprob import fused_logprobs
 
-from _gpu_helpers import MARKS, P, report
+from _gpu_helpers import MARKS, rel_err, report
 
 pytestmark = MARKS
 
@@ -73,7 +73,7 @@ def _run(path: str, inputs, temperature, softcap, logit_scale, num_chunks=-1, bf
 
 
 def _errors(result: dict, reference: dict) -> dict:
-    return {k: P.rel_err(result[k], reference[k]) for k in reference}
+    return {k: rel_err(result[k], reference[k]) for k in reference}
 
 
 def test_cuda_runs_the_triton_kernel_not_the_torch_fold():
@@ -113,7 +113,7 @@ def test_triton_in_chunks_equals_one_call():
     inputs = _inputs(False)
     whole, chunked = (_run("triton", inputs, 1.0, None, 1.0, num_chunks=n) for n in (-1, 3))
     for key in whole:
-        assert P.rel_err(chunked[key], whole[key]) <= FP32_RTOL, key
+        assert rel_err(chunked[key], whole[key]) <= FP32_RTOL, key
 
 
 def test_negative_control_a_0_1_percent_temperature_error_fails():

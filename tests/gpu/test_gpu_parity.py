@@ -11,20 +11,17 @@ in autocast (accelerate's `prepare`), which the harness does not call, so their 
 `torch.autocast` here. Floats are then judged by accuracy against the fp32 run of the same case (see _gpu_helpers).
 """
 
-from contextlib import nullcontext
-
 import pytest
-import torch
 
 from slimrl.ops.lean_logprob import LeanLogProbFunction
 
-from _gpu_helpers import (BF16_ACCURACY_FACTOR, BF16_CONTROL_SCALE, BF16_FLOOR, FP32_CONTROL_SCALE, MARKS, H, O, P,
-                          cuda_config, report, same_batches, scale_lm_head, trace_errors)
+from _gpu_helpers import (BF16_ACCURACY_FACTOR, BF16_CONTROL_SCALE, BF16_FLOOR, FP32_CONTROL_SCALE, FP32_RTOL, MARKS,
+                          OFFLINE, assert_pair_matches, cuda_config, head_file, report, run_pair, same_batches,
+                          trace_errors)
 
 pytestmark = MARKS
 
 SLIMRL_HEAD = "slimrl/ops/logprob.py"
-OFFLINE = ("dpo", "kto", "orpo")
 # case: (algorithm, LoRA, slimrl_num_chunks (None = auto), config). GRPO/RLOO cases generate once (num_iterations=2
 # over 2 steps), so the fp32 and bf16 runs train on the same rollouts and their numbers compare.
 CASES = {
@@ -40,45 +37,19 @@ CASES = {
 
 
 def _run(case: str, precision: str, out_dir: str, lm_head_scale: float | None = None):
-    """Build the stock and patched trainers of `case` on the GPU and run both through the harness: (stock, patched,
-    (stock trace, patched trace))."""
+    """Both trainers of `case` on the GPU in `precision`, run through the harness."""
     algorithm, lora, chunks, config = CASES[case]
-    kwargs = dict(config, **cuda_config(precision))
-    peft = P.lora_config() if lora else None
-    factory = lambda: P.tiny_model(0)  # noqa: E731
     LeanLogProbFunction.last_forward_chunks = None
-    if algorithm in ("grpo", "rloo"):
-        stock, patched = P.build_pair(algorithm, factory, kwargs, out_dir, peft_config=peft, num_chunks=chunks)
-        runner = P.run_pair
-    elif algorithm in ("dpo", "kto"):
-        stock, patched = H.build_pair(algorithm, factory, kwargs, out_dir, peft_config=peft, num_chunks=chunks)
-        runner = H.run_pair
-    else:
-        stock, patched = O.build_pair(algorithm, factory, kwargs, out_dir, peft)
-        runner = O.run_pair
+    stock, patched, traces = run_pair(algorithm, dict(config, **cuda_config(precision)), out_dir, lora, chunks,
+                                      lm_head_scale, bf16_forward=precision == "bf16" and algorithm in OFFLINE)
     for trainer in (stock, patched):
         assert trainer.args.device.type == "cuda", trainer.args.device
         assert next(trainer.model.parameters()).is_cuda
-    if lm_head_scale is not None:
-        scale_lm_head(patched, lm_head_scale)
-    bf16_forward = precision == "bf16" and algorithm in OFFLINE
-    with torch.autocast(stock.args.device.type, dtype=torch.bfloat16) if bf16_forward else nullcontext():
-        return stock, patched, runner(algorithm, stock, patched)
-
-
-def _assert_match(case: str, traces, rtol: float) -> None:
-    """The harness's own comparison of the two traces (fp32)."""
-    algorithm = CASES[case][0]
-    if algorithm in ("grpo", "rloo"):
-        P.assert_traces_match(*traces, rtol=rtol)
-    elif algorithm in ("dpo", "kto"):
-        H.assert_traces_match(*traces, rtol=rtol)
-    else:
-        O.assert_traces_match(*traces, rtol=rtol)
+    return stock, patched, traces
 
 
 def _check_head(case: str, patched) -> None:
-    assert P.head_file(patched).endswith(SLIMRL_HEAD) or CASES[case][0] == "orpo"
+    assert head_file(patched).endswith(SLIMRL_HEAD) or CASES[case][0] == "orpo"
     if CASES[case][0] == "orpo":
         assert LeanLogProbFunction.last_forward_chunks is not None, "ORPO's chunked forward did not run"
     else:  # TRL's Triton kernel, reused: slimrl's torch fold must not have run on CUDA
@@ -89,8 +60,8 @@ def _check_head(case: str, patched) -> None:
 def test_fp32_parity_on_cuda(case, tmp_path, unpatched):
     _, patched, traces = _run(case, "fp32", str(tmp_path))
     _check_head(case, patched)
-    _assert_match(case, traces, P.RTOL)
-    report(f"fp32 parity {case}", rtol=P.RTOL, **trace_errors(traces[1], traces[0]))
+    assert_pair_matches(CASES[case][0], traces, FP32_RTOL)
+    report(f"fp32 parity {case}", rtol=FP32_RTOL, **trace_errors(traces[1], traces[0]))
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -114,7 +85,7 @@ def test_fp32_negative_control_fails(tmp_path, unpatched):
     """A 0.1% error on the patched side (its lm_head scaled) fails the fp32 comparison."""
     _, _, traces = _run("dpo-lora-sigmoid", "fp32", str(tmp_path), lm_head_scale=FP32_CONTROL_SCALE)
     with pytest.raises(AssertionError):
-        _assert_match("dpo-lora-sigmoid", traces, P.RTOL)
+        assert_pair_matches("dpo", traces, FP32_RTOL)
 
 
 def test_bf16_negative_control_fails(tmp_path, unpatched):

@@ -11,7 +11,7 @@ from slimrl import FastLanguageModel
 from slimrl.patches import precision
 from slimrl.testing import tiny_llama
 
-from _gpu_helpers import MARKS, P, cuda_config
+from _gpu_helpers import MARKS, cuda_config, grpo_step, grpo_trainer, patched_state, trainable
 
 pytestmark = MARKS
 
@@ -19,7 +19,7 @@ pytestmark = MARKS
 def _grpo_config(tmp_path, **flags):
     import trl
 
-    with P.patched_state("grpo"):
+    with patched_state("grpo"):
         return trl.GRPOConfig(output_dir=str(tmp_path), report_to="none", **flags)
 
 
@@ -71,14 +71,13 @@ def test_explicit_flag_contradicting_the_weights_raises_on_cuda(flags, weights, 
 @pytest.mark.parametrize("flags, mixed", [(dict(bf16=None), "bf16"), (dict(bf16=False, fp16=True), "fp16")])
 def test_patched_trainer_steps_in_the_resolved_precision(flags, mixed, tmp_path, unpatched):
     """A bare config (bf16 unset: TRL's default bf16 kept) and fp16 on fp32 weights (GradScaler) both train."""
-    with P.patched_state("grpo"):
-        args = P.make_config("grpo", str(tmp_path), **dict(cuda_config("fp32"), **flags))
-        trainer = P.build_trainer("grpo", P.tiny_model(0), args, P.lora_config())
-        trace = P.Trace()
-        P.micro_step(trainer, P.generation_batch(args), 1234, trace)
+    with patched_state("grpo"):
+        trainer = grpo_trainer(str(tmp_path), **dict(cuda_config("fp32"), **flags))
+        loss = grpo_step(trainer)
     assert trainer.accelerator.mixed_precision == mixed
     assert next(trainer.model.parameters()).is_cuda
-    assert torch.isfinite(torch.tensor(trace.losses)).all() and trace.grads[0]
+    grads = [p.grad for p in trainable(trainer.model).values()]
+    assert torch.isfinite(torch.tensor(loss)) and grads and all(g is not None for g in grads)
 
 
 def test_from_pretrained_picks_bf16_on_a_bf16_gpu(tiny_model_dir):

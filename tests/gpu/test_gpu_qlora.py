@@ -8,7 +8,7 @@ import torch
 
 from slimrl import FastLanguageModel
 
-from _gpu_helpers import MARKS, P, cuda_config
+from _gpu_helpers import MARKS, cuda_config, grpo_trainer, logged, patched_state, rel_err, trainable
 from _models_helpers import batch, lora_grads_around_generate
 
 pytestmark = [*MARKS, pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None,
@@ -36,17 +36,17 @@ def test_qlora_gradients_survive_generate_on_cuda(tiny_model_dir, dtype, mode):
     before, after = lora_grads_around_generate(model, inputs)
     assert before and all(torch.isfinite(g).all() and torch.any(g != 0) for g in before.values())
     for name, grad in before.items():
-        assert P.rel_err(after[name], grad) <= GRAD_RTOL[dtype], name
+        assert rel_err(after[name], grad) <= GRAD_RTOL[dtype], name
 
 
 def test_patched_grpo_trains_every_adapter_of_a_4bit_model(tiny_model_dir, tmp_path, unpatched):
-    with P.patched_state("grpo"):
+    with patched_state("grpo"):
         model = _qlora(tiny_model_dir, "bfloat16", True)
-        start = {n: p.detach().clone() for n, p in P.trainable(model).items()}
-        config = dict(max_steps=2, gradient_checkpointing=True, **cuda_config("bf16"))
-        trainer = P.build_trainer("grpo", model, P.make_config("grpo", str(tmp_path), **config))
+        start = {n: p.detach().clone() for n, p in trainable(model).items()}
+        trainer = grpo_trainer(str(tmp_path), model, peft=False, max_steps=2, gradient_checkpointing=True,
+                               **cuda_config("bf16"))
         trainer.train()
-    losses = P.logged(trainer, "loss")
+    losses = logged(trainer, "loss")
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
-    unchanged = [n for n, p in P.trainable(trainer.model).items() if torch.equal(p.detach(), start[n])]
+    unchanged = [n for n, p in trainable(trainer.model).items() if torch.equal(p.detach(), start[n])]
     assert start and not unchanged, unchanged
