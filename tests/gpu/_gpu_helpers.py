@@ -9,15 +9,17 @@ Choices, and why:
   HF Trainer then puts both models on the GPU. This module is the only one that calls them (the "harness adapter"
   section below) and HARNESS_DIRS the one place that says where they live: when the harnesses change, only this
   section follows.
-- Tolerances. fp32: the harnesses' own (`RTOL`, 1e-5 relative to the tensor's norm), i.e. the same bar as on CPU.
+- Tolerances. fp32: the harnesses' own rule (tests/patches/_parity.py: against a float64 reference of the same run,
+  patched's error within K x stock's own plus a measured floor), i.e. the same bar as on CPU.
   bf16 (autocast over fp32 master weights, what `bf16=True` trains with): no fixed patched-vs-stock tolerance can be
   both safe and sharp. bf16 keeps 8 significant bits (unit roundoff u = 2^-8 = 3.9e-3), and after two SGD steps on
   these tiny models stock TRL's own bf16 run sits far from its fp32 run (measured with the CPU harness, norm-relative
   over the whole model: gradients 0.03 for GRPO LoRA to 1.3 for ORPO, where the second step's gradient nearly
   cancels; losses 8e-4 to 3e-2): a fixed bound would have to be that loose. Implementations that round at different
   places (stock ORPO rounds the full `[2B, T, V]` logits to bf16, slimrl folds them chunk by chunk in fp32) are
-  equally legitimate. So bf16 is judged by accuracy: against the fp32 run of the same case (same rollouts / batches,
-  checked exactly), the patched bf16 error (loss, all gradients, final weights) must be at most
+  equally legitimate. So bf16 is judged by accuracy: against the float64 reference of the same case (its fp32 run's
+  reference side; same rollouts / batches, checked exactly), the patched bf16 error (loss, all gradients, final
+  weights) must be at most
   BF16_ACCURACY_FACTOR (2) times stock TRL's bf16 error, plus BF16_FLOOR (u / 10: differences below a tenth of one
   bf16 rounding are noise whatever stock's error is). The CPU suite applies the same rule to bf16 autocast
   (tests/patches/test_grpo_parity.py).
@@ -42,7 +44,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[1]
-HARNESS_DIRS = (TESTS / "patches", TESTS / "models")  # the CPU harnesses reused here
+HARNESS_DIRS = (TESTS / "patches", TESTS / "models")  # the CPU helpers reused here (also on pytest's pythonpath)
 for _dir in HARNESS_DIRS:
     if str(_dir) not in sys.path:
         sys.path.insert(0, str(_dir))
@@ -50,6 +52,8 @@ for _dir in HARNESS_DIRS:
 import _orpo_cpo_parity as O  # noqa: E402
 import _parity as P  # noqa: E402
 import _pref_parity as H  # noqa: E402
+import _rl_parity as R  # noqa: E402
+import _tiny as T  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 MARKS = [pytest.mark.gpu,
@@ -58,8 +62,6 @@ MARKS = [pytest.mark.gpu,
 BF16_ACCURACY_FACTOR = 2.0
 BF16_FLOOR = 2.0**-8 / 10
 FP32_CONTROL_SCALE, BF16_CONTROL_SCALE = 1.001, 1.05  # negative controls: the patched lm_head scaled by this
-
-FP32_RTOL = P.RTOL
 
 
 def report(test: str, **values) -> None:
@@ -81,26 +83,27 @@ def cuda_config(precision: str, **overrides) -> dict:
 
 # ---------------------------------------------------------------------------------------------- harness adapter
 RL, OFFLINE = ("grpo", "rloo"), ("dpo", "kto", "orpo")
-patched_state, trainable, rel_err, logged = P.patched_state, P.trainable, P.rel_err, P.logged
+HARNESS = {"grpo": R, "rloo": R, "dpo": H, "kto": H, "orpo": O}
+patched_state, trainable, rel_err, logged = P.patched_state, P.trainable, P.rel_err, T.logged
 
 
 def tiny_model():
-    return P.tiny_model(0)
+    return T.tiny_model(0)
 
 
 def lora_config():
-    return P.lora_config()
+    return T.lora_config()
 
 
 def grpo_trainer(out_dir: str, model=None, peft: bool = True, **config):
     """A GRPO trainer on the harness's tiny model and data, built in the current patch state."""
-    args = P.make_config("grpo", out_dir, **config)
-    return P.build_trainer("grpo", tiny_model() if model is None else model, args, lora_config() if peft else None)
+    args = R.make_config("grpo", out_dir, **config)
+    return R.build_trainer("grpo", tiny_model() if model is None else model, args, lora_config() if peft else None)
 
 
 def grpo_step(trainer) -> float:
     """One `training_step` of the trainer on one generation batch (rollouts included); returns the loss."""
-    return float(trainer.training_step(trainer.model, P.generation_batch(trainer.args), None))
+    return float(trainer.training_step(trainer.model, R.generation_batch(trainer.args), None))
 
 
 def dpo_trainer(out_dir: str, **config):
@@ -112,40 +115,30 @@ def dpo_step(trainer) -> float:
     return float(trainer.training_step(trainer.model, batches[0], num_items))
 
 
-def run_pair(algorithm: str, config: dict, out_dir: str, lora: bool, num_chunks=None, lm_head_scale=None,
-             bf16_forward: bool = False):
-    """Stock and patched trainers of `algorithm` on identical tiny models, 2 SGD steps each through the harness:
-    (stock trainer, patched trainer, (stock trace, patched trace)). `lm_head_scale` multiplies the patched lm_head
-    (negative controls); `bf16_forward` runs the steps inside bf16 autocast (what `train()` gives the forward)."""
+def run_sides(algorithm: str, config: dict, out_dir: str, lora: bool, num_chunks=None, lm_head_scale=None,
+              bf16_forward: bool = False):
+    """The harness's four sides of `algorithm` (stock, patched, float64 reference, perturbed) on identical tiny models,
+    2 SGD steps each: (trainers, traces), both `P.Sides`. `lm_head_scale` multiplies the patched lm_head (negative
+    controls); `bf16_forward` runs the steps inside bf16 autocast (what `train()` gives the forward)."""
     peft = lora_config() if lora else None
-    if algorithm in RL:
-        stock, patched = P.build_pair(algorithm, tiny_model, config, out_dir, peft_config=peft, num_chunks=num_chunks)
-        runner = P.run_pair
-    elif algorithm in ("dpo", "kto"):
-        stock, patched = H.build_pair(algorithm, tiny_model, config, out_dir, peft_config=peft, num_chunks=num_chunks)
-        runner = H.run_pair
+    harness = HARNESS[algorithm]
+    if algorithm == "orpo":
+        trainers = O.build_sides(algorithm, tiny_model, config, out_dir, peft)
     else:
-        stock, patched = O.build_pair(algorithm, tiny_model, config, out_dir, peft)
-        runner = O.run_pair
+        trainers = harness.build_sides(algorithm, tiny_model, config, out_dir, peft_config=peft, num_chunks=num_chunks)
     if lm_head_scale is not None:
-        scale_lm_head(patched, lm_head_scale)
-    with torch.autocast(stock.args.device.type, dtype=torch.bfloat16) if bf16_forward else nullcontext():
-        return stock, patched, runner(algorithm, stock, patched)
+        scale_lm_head(trainers.patched, lm_head_scale)
+    with torch.autocast(trainers.stock.args.device.type, dtype=torch.bfloat16) if bf16_forward else nullcontext():
+        return trainers, harness.run_sides(algorithm, trainers)
 
 
-def assert_pair_matches(algorithm: str, traces, rtol: float = FP32_RTOL) -> None:
-    """The harness's own comparison of two traces (inputs exact or within rtol, losses, gradients, weights,
-    logged metrics)."""
-    if algorithm in RL:
-        P.assert_traces_match(*traces, rtol=rtol)
-    elif algorithm in ("dpo", "kto"):
-        H.assert_traces_match(*traces, rtol=rtol)
-    else:
-        O.assert_traces_match(*traces, rtol=rtol)
+def assert_sides_match(algorithm: str, traces) -> None:
+    """The harness's own comparison (exact integer inputs, the rule of _parity for every float)."""
+    HARNESS[algorithm].assert_traces_match(traces)
 
 
 def head_file(trainer) -> str:
-    return P.head_file(trainer)
+    return T.head_file(trainer)
 
 
 # ------------------------------------------------------------------------------------------- bf16 accuracy rule

@@ -8,16 +8,16 @@ ORPO's patched forward folds chunk by chunk through slimrl's own LeanLogProbFunc
 bf16 means what `Trainer.train` runs with `bf16=True`: autocast around the forward, fp32 master weights. GRPO/RLOO
 enter `accelerator.autocast()` in their own loss code; the offline trainers rely on the forward that `train()` wraps
 in autocast (accelerate's `prepare`), which the harness does not call, so their bf16 steps run inside
-`torch.autocast` here. Floats are then judged by accuracy against the fp32 run of the same case (see _gpu_helpers).
+`torch.autocast` here. Floats are then judged by accuracy against the float64 reference of the same case (see
+_gpu_helpers); the float64 sides of a bf16 run are not used.
 """
 
 import pytest
 
 from slimrl.ops.lean_logprob import LeanLogProbFunction
 
-from _gpu_helpers import (BF16_ACCURACY_FACTOR, BF16_CONTROL_SCALE, BF16_FLOOR, FP32_CONTROL_SCALE, FP32_RTOL, MARKS,
-                          OFFLINE, assert_pair_matches, cuda_config, head_file, report, run_pair, same_batches,
-                          trace_errors)
+from _gpu_helpers import (BF16_ACCURACY_FACTOR, BF16_CONTROL_SCALE, BF16_FLOOR, FP32_CONTROL_SCALE, MARKS, OFFLINE,
+                          assert_sides_match, cuda_config, head_file, report, run_sides, same_batches, trace_errors)
 
 pytestmark = MARKS
 
@@ -37,15 +37,15 @@ CASES = {
 
 
 def _run(case: str, precision: str, out_dir: str, lm_head_scale: float | None = None):
-    """Both trainers of `case` on the GPU in `precision`, run through the harness."""
+    """The four sides of `case` on the GPU in `precision`, run through the harness: (trainers, traces)."""
     algorithm, lora, chunks, config = CASES[case]
     LeanLogProbFunction.last_forward_chunks = None
-    stock, patched, traces = run_pair(algorithm, dict(config, **cuda_config(precision)), out_dir, lora, chunks,
-                                      lm_head_scale, bf16_forward=precision == "bf16" and algorithm in OFFLINE)
-    for trainer in (stock, patched):
+    trainers, traces = run_sides(algorithm, dict(config, **cuda_config(precision)), out_dir, lora, chunks,
+                                 lm_head_scale, bf16_forward=precision == "bf16" and algorithm in OFFLINE)
+    for trainer in trainers:
         assert trainer.args.device.type == "cuda", trainer.args.device
         assert next(trainer.model.parameters()).is_cuda
-    return stock, patched, traces
+    return trainers, traces
 
 
 def _check_head(case: str, patched) -> None:
@@ -58,22 +58,24 @@ def _check_head(case: str, patched) -> None:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_fp32_parity_on_cuda(case, tmp_path, unpatched):
-    _, patched, traces = _run(case, "fp32", str(tmp_path))
-    _check_head(case, patched)
-    assert_pair_matches(CASES[case][0], traces, FP32_RTOL)
-    report(f"fp32 parity {case}", rtol=FP32_RTOL, **trace_errors(traces[1], traces[0]))
+    trainers, traces = _run(case, "fp32", str(tmp_path))
+    _check_head(case, trainers.patched)
+    assert_sides_match(CASES[case][0], traces)
+    report(f"fp32 parity {case}", patched=trace_errors(traces.patched, traces.reference),
+           stock=trace_errors(traces.stock, traces.reference))
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_bf16_parity_on_cuda(case, tmp_path, unpatched):
-    """Same rollouts/batches as stock, and no less accurate than stock against the fp32 run of the same case."""
-    _, _, (fp32_stock, _) = _run(case, "fp32", str(tmp_path / "fp32"))
-    stock, patched, (s, p) = _run(case, "bf16", str(tmp_path / "bf16"))
-    assert stock.args.bf16 and patched.args.bf16
-    _check_head(case, patched)
+    """Same rollouts/batches as stock, and no less accurate than stock against the float64 reference of the case."""
+    truth = _run(case, "fp32", str(tmp_path / "fp32"))[1].reference
+    trainers, traces = _run(case, "bf16", str(tmp_path / "bf16"))
+    s, p = traces.stock, traces.patched
+    assert trainers.stock.args.bf16 and trainers.patched.args.bf16
+    _check_head(case, trainers.patched)
     assert same_batches(p, s), "patched and stock trained on different batches (rollouts diverged)"
-    assert same_batches(s, fp32_stock), "the bf16 and fp32 runs trained on different batches: nothing to compare"
-    stock_err, patched_err = trace_errors(s, fp32_stock), trace_errors(p, fp32_stock)
+    assert same_batches(s, truth), "the bf16 and fp32 runs trained on different batches: nothing to compare"
+    stock_err, patched_err = trace_errors(s, truth), trace_errors(p, truth)
     report(f"bf16 parity {case}", stock_vs_fp32=stock_err, patched_vs_fp32=patched_err,
            patched_vs_stock=trace_errors(p, s))
     assert stock_err["grads"] > 0, "the bf16 run computed exactly what fp32 did: autocast was not active"
@@ -83,14 +85,14 @@ def test_bf16_parity_on_cuda(case, tmp_path, unpatched):
 
 def test_fp32_negative_control_fails(tmp_path, unpatched):
     """A 0.1% error on the patched side (its lm_head scaled) fails the fp32 comparison."""
-    _, _, traces = _run("dpo-lora-sigmoid", "fp32", str(tmp_path), lm_head_scale=FP32_CONTROL_SCALE)
+    _, traces = _run("dpo-lora-sigmoid", "fp32", str(tmp_path), lm_head_scale=FP32_CONTROL_SCALE)
     with pytest.raises(AssertionError):
-        assert_pair_matches("dpo", traces, FP32_RTOL)
+        assert_sides_match("dpo", traces)
 
 
 def test_bf16_negative_control_fails(tmp_path, unpatched):
     """A BF16_CONTROL_SCALE error on the patched side breaks the bf16 accuracy rule."""
-    _, _, (fp32_stock, _) = _run("dpo-lora-sigmoid", "fp32", str(tmp_path / "fp32"))
-    _, _, (s, p) = _run("dpo-lora-sigmoid", "bf16", str(tmp_path / "bf16"), lm_head_scale=BF16_CONTROL_SCALE)
-    stock_err, patched_err = trace_errors(s, fp32_stock), trace_errors(p, fp32_stock)
+    truth = _run("dpo-lora-sigmoid", "fp32", str(tmp_path / "fp32"))[1].reference
+    traces = _run("dpo-lora-sigmoid", "bf16", str(tmp_path / "bf16"), lm_head_scale=BF16_CONTROL_SCALE)[1]
+    stock_err, patched_err = trace_errors(traces.stock, truth), trace_errors(traces.patched, truth)
     assert any(err > BF16_ACCURACY_FACTOR * stock_err[key] + BF16_FLOOR for key, err in patched_err.items())
