@@ -37,7 +37,7 @@ def _status_kib(field: str) -> int:
 class PhasePeak:
     """`start()` marks the RSS and resets the peak; `stop()` returns (rss_at_start, peak) in bytes."""
 
-    def __init__(self, overall: "OverallPeak | None" = None):
+    def __init__(self, overall: OverallPeak | None = None):
         self.overall = overall
         try:
             with open("/proc/self/clear_refs", "w") as f:

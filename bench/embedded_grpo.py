@@ -59,7 +59,8 @@ def main() -> int:
         "correct_last_steps": mean("rewards/correctness_reward/mean", steps[-k:]),
         "closeness_first_steps": mean("rewards/closeness_reward/mean", steps[:k]),
         "closeness_last_steps": mean("rewards/closeness_reward/mean", steps[-k:]),
-        "seconds_per_step": round(summary["train_seconds"] / max(1, len(steps)), 1) if summary.get("train_seconds") else None,
+        "seconds_per_step": (round(summary["train_seconds"] / max(1, len(steps)), 1)
+                             if summary.get("train_seconds") else None),
         "kl_last": steps[-1].get("kl") if steps else None, "steps_averaged": k,
     }
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)

@@ -31,6 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import pin_threads, run_self  # noqa: E402
 
+
 def _prompts(tokenizer, n: int) -> list[str]:
     questions = [f"What is {a} + {b}?" for a in range(3, 40) for b in range(2, 9)][:n]
     return [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
@@ -115,8 +116,9 @@ def child_grpo(args) -> dict:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from _common import step_timer
     from slimrl import FastLanguageModel, PatchFastRL
+
+    from _common import step_timer
 
     PatchFastRL("grpo")
     fast = args.sync is not None
@@ -204,7 +206,7 @@ def main() -> int:
         results.append(result)
     by_arm = {r["arm"]: r for r in results}
     if args.markdown:
-        print(f"\n| arm | " + " | ".join(f"tokens/s batch {b}" for b in args.batches) + " | vs HF | notes |")
+        print("\n| arm | " + " | ".join(f"tokens/s batch {b}" for b in args.batches) + " | vs HF | notes |")
         print("|---|" + "---|" * (len(args.batches) + 2))
         for r in results:
             if "results" not in r:
@@ -222,7 +224,8 @@ def main() -> int:
             print(f"\nGRPO s/step (median of steps 2..{args.grpo_steps}): HF {hf['median_step_s']} "
                   f"(rollout {hf['median_rollout_s']}) vs vLLM {fast['median_step_s']} (rollout "
                   f"{fast['median_rollout_s']}); completions {hf['mean_completion_len']} / "
-                  f"{fast['mean_completion_len']} tokens: step ratio {fast['median_step_s'] / hf['median_step_s']:.2f}, "
+                  f"{fast['mean_completion_len']} tokens: step ratio "
+                  f"{fast['median_step_s'] / hf['median_step_s']:.2f}, "
                   f"rollout ratio {fast['median_rollout_s'] / hf['median_rollout_s']:.2f}")
     if args.json:
         with open(args.json, "w") as f:

@@ -14,7 +14,6 @@ import json
 import sys
 from collections import defaultdict
 
-
 KINDS = (("loss", "loss"), ("grad", "gradient"), ("param", "parameter"), ("metric", "metric"),
          ("logged", "metric"), ("input", "input (old/ref log-probs)"))
 
@@ -45,7 +44,7 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
-    print(f"| kind | checks | max e_patched / bound | max e_patched / e_stock | tightest |")
+    print("| kind | checks | max e_patched / bound | max e_patched / e_stock | tightest |")
     print("|---|---|---|---|---|")
     for kind, n, margin, ratio, where in summarise(argv):
         print(f"| {kind} | {n} | {margin:.3f} | {ratio:.2f} | {where} |")

@@ -5,6 +5,7 @@ import json
 import pytest
 from datasets import Dataset
 
+from slimrl.ops.chunking import num_chunks_of
 from slimrl.testing import save_tiny_model
 
 
@@ -38,7 +39,7 @@ def test_readme_script_trains_on_cpu(tmp_path, algorithm):
     trainer = Trainer(model=model, args=args, reward_funcs=[_reward_len, _reward_digit], train_dataset=ds,
                       processing_class=tokenizer)
     base = trainer.model.get_base_model()
-    assert base._slimrl_num_chunks == 2
+    assert num_chunks_of(base) == 2
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     trainer.train()
     changed = [n for n, p in trainer.model.named_parameters() if p.requires_grad and not p.equal(before[n])]

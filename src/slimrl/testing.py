@@ -82,7 +82,8 @@ def tiny_llama(seed: int = 0, dtype: torch.dtype = torch.float32, **config_kwarg
     return model
 
 
-def save_tiny_model(path: str | os.PathLike | None = None, vocab_size: int = 512, seed: int = 0, **config_kwargs) -> str:
+def save_tiny_model(path: str | os.PathLike | None = None, vocab_size: int = 512, seed: int = 0,
+                    **config_kwargs) -> str:
     """Save a tiny random model and its tokenizer to a folder (TRL reloads full-fine-tuning references by path)."""
     path = str(path or tempfile.mkdtemp(prefix="slimrl-tiny-"))
     tiny_llama(seed=seed, vocab_size=vocab_size, **config_kwargs).save_pretrained(path)

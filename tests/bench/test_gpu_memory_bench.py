@@ -14,8 +14,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BENCH = os.path.join(ROOT, "bench")
 sys.path.insert(0, BENCH)
 
-import _gpu_report as report  # noqa: E402
 import gpu_memory  # noqa: E402
+
+import _gpu_report as report  # noqa: E402
 
 GiB = 1024**3
 

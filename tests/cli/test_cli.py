@@ -9,6 +9,7 @@ import pytest
 
 from slimrl.cli import main
 from slimrl.cli.args import CLI_DEFAULTS, build_grpo_parser, parse_grpo_args
+from slimrl.state import config_state
 
 
 @pytest.fixture
@@ -40,9 +41,9 @@ def test_grpo_help_shows_every_flag_with_its_default(capsys):
         assert flag in out, flag
     assert "slimrl CLI default: 0.0002 (TRL: 1e-06)" in out
     assert "(default: smollm2-135m)" in out
-    from trl import GRPOConfig
-
     import dataclasses
+
+    from trl import GRPOConfig
     dests = {a.dest for a in build_grpo_parser()._actions}
     assert {f.name for f in dataclasses.fields(GRPOConfig) if f.init} <= dests
 
@@ -114,8 +115,8 @@ def test_two_step_run_leaves_adapter_metrics_plot_and_generate_works(tmp_path, r
     summary = json.loads((out / "eval.json").read_text())
     assert summary["eval_before"]["n"] == 4 and 0.0 <= summary["accuracy_after"] <= 1.0
 
-    from slimrl.cli.generate import run_generate
     from slimrl.cli import _small_parser
+    from slimrl.cli.generate import run_generate
 
     args = _small_parser("generate").parse_args(["--adapter", str(out), "--max_new_tokens", "4", "What is 2 + 2?"])
     printed = []
@@ -141,4 +142,4 @@ def test_only_given_flags_and_yaml_keys_count_as_user_settings(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("beta: 0.1\n")
     _, _, args = parse_grpo_args(["--bf16", "False", "--use_vllm=False", "--config", str(config)])
-    assert args._slimrl_user_fields == {"bf16", "use_vllm", "beta"}
+    assert config_state(args).user_fields == {"bf16", "use_vllm", "beta"}

@@ -72,7 +72,8 @@ def test_two_step_run_leaves_adapter_metrics_plot(algorithm, tmp_path, restore_t
     assert "rewards/chosen" in steps[0] or "rewards/chosen_sum" in steps[0], sorted(steps[0])
     assert "peak_memory_gb" in steps[0]  # the patched trainer's metric: the run went through slimrl's paths
     summary = json.loads((out / "eval.json").read_text())
-    assert summary["eval_before"]["n"] == 2 and json.loads((out / "slimrl_run.json").read_text())["algorithm"] == algorithm
+    run_info = json.loads((out / "slimrl_run.json").read_text())
+    assert summary["eval_before"]["n"] == 2 and run_info["algorithm"] == algorithm
 
 
 def test_fast_inference_is_refused_for_preference_commands():

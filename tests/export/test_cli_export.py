@@ -5,11 +5,12 @@ import os
 
 import pytest
 import torch
-from _export_helpers import assert_same_logits, logits
 from transformers import AutoModelForCausalLM
 
 from slimrl import FastLanguageModel
 from slimrl.cli import main
+
+from _export_helpers import assert_same_logits, logits
 
 
 @pytest.fixture
@@ -37,8 +38,9 @@ def test_export_gguf_and_merged(run_dir, peft_model, capsys):
 
 
 def test_export_push_to_hub(run_dir, monkeypatch, tmp_path):
-    from _hub_standin import StandIn
     from huggingface_hub import constants
+
+    from _hub_standin import StandIn
 
     with StandIn() as hub:
         monkeypatch.setattr(constants, "ENDPOINT", hub.url)

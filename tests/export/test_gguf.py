@@ -5,10 +5,11 @@ import json
 import gguf
 import pytest
 import torch
-from _export_helpers import PROMPTS, assert_same_logits, encode, greedy, logits
 
 from slimrl import FastLanguageModel
 from slimrl.export import gguf_writer
+
+from _export_helpers import PROMPTS, assert_same_logits, encode, greedy, logits
 
 F32_ATOL = 4e-6  # float32 file: merge + llama.cpp layout + reader's inverse; a 0.1% error on one weight gives > 1e-5
 

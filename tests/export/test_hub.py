@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+
 from _hub_standin import StandIn
 
 

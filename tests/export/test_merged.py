@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from _export_helpers import PROMPTS, assert_same_logits, greedy, logits
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from slimrl.export import merged
 from slimrl.generation.weights import dense_weight
+
+from _export_helpers import PROMPTS, assert_same_logits, greedy, logits
 
 F32_ATOL = 4e-6
 

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from _export_helpers import assert_same_logits, logits
 
 from slimrl import FastLanguageModel
 from slimrl.export import METHOD_NAMES, ExportMethod, attach_export_methods, detach_export_methods
 from slimrl.models import adapters
+from slimrl.state import model_state
+
+from _export_helpers import assert_same_logits, logits
 
 # Unsloth's leading parameters, in order (unsloth/save.py)
 UNSLOTH_PARAMETERS = {
@@ -104,7 +106,7 @@ def test_embedded_name_recorded_on_the_adapter(monkeypatch, base_dir):
 
     def as_if_embedded(model_name, **kwargs):
         model, tokenizer, options = real(base_dir, **kwargs)
-        model._slimrl_model_name = adapters.requested_model_name(model_name)
+        model_state(model).model_name = adapters.requested_model_name(model_name)
         return model, tokenizer, options
 
     monkeypatch.setattr("slimrl.models.fast_language_model.load_model_and_tokenizer", as_if_embedded)

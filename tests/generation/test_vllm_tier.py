@@ -80,9 +80,8 @@ def test_rollouts_come_from_the_current_adapter(weight_sync):
 
 
 def _grpo(model, tokenizer, trainer_cls="GRPO", steps=3, **config):
-    from datasets import Dataset
-
     import trl
+    from datasets import Dataset
 
     dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"what is {i} plus {i}"}]
                                             for i in range(16)]})
@@ -137,7 +136,11 @@ def test_grpo_rolls_out_on_the_engine_with_the_weights_it_trains(patched, tiny_e
     engine = base.vllm_engine
     engine_sync = engine.sync
     calls = []
-    engine.sync = lambda m, use_adapter=None: calls.append(1) or (engine_sync(m, use_adapter) if not calls[1:] else None)
+    def sync_once(m, use_adapter=None):  # the first hand-over only: later rollouts use step-1 weights
+        calls.append(1)
+        return engine_sync(m, use_adapter) if not calls[1:] else None
+
+    engine.sync = sync_once
     try:
         stale = _grpo(model, tokenizer, steps=3, learning_rate=5e-2)
         stale.train()

@@ -6,10 +6,21 @@ import pytest
 import torch
 
 from slimrl.models.checkpointing import apply_checkpointing, base_transformers_model
+from slimrl.state import model_state
 from slimrl.testing import tiny_llama
 
-from _gpu_helpers import (MARKS, cuda_config, dpo_step, dpo_trainer, grpo_step, grpo_trainer, patched_state, rel_err,
-                          report, tiny_model)
+from _gpu_helpers import (
+    MARKS,
+    cuda_config,
+    dpo_step,
+    dpo_trainer,
+    grpo_step,
+    grpo_trainer,
+    patched_state,
+    rel_err,
+    report,
+    tiny_model,
+)
 
 pytestmark = MARKS
 
@@ -42,7 +53,7 @@ def test_offload_peak_below_plain_checkpointing_with_the_same_gradients():
     plain_peak, plain_grads = _step_peak(_deep_model(True), ids)
     offload_model = _deep_model("offload")
     offload_peak, offload_grads = _step_peak(offload_model, ids)
-    stats = base_transformers_model(offload_model)._slimrl_offload_stats
+    stats = model_state(base_transformers_model(offload_model)).offload_stats
     layer_input = ROWS * SEQ * WIDTH * 4
     report("offload peak", plain_mib=plain_peak / 2**20, offload_mib=offload_peak / 2**20,
            moved_mib=stats.bytes_moved / 2**20)
@@ -58,8 +69,8 @@ def test_offload_moves_activations_inside_a_patched_grpo_step(tmp_path, unpatche
         model = apply_checkpointing(tiny_model(), "offload")
         trainer = grpo_trainer(str(tmp_path), model, gradient_checkpointing=True, **cuda_config("fp32"))
         grpo_step(trainer)
-    stats = base_transformers_model(trainer.model)._slimrl_offload_stats
-    assert trainer.model._slimrl_checkpointing == "offload"
+    stats = model_state(base_transformers_model(trainer.model)).offload_stats
+    assert model_state(trainer.model).checkpointing == "offload"
     assert stats.tensors_moved > 0 and stats.bytes_moved > 0  # on CUDA the saved inputs go to host memory
 
 

@@ -10,7 +10,8 @@ at other places than TRL's kernel, so it must be no less accurate than it (at mo
 import pytest
 import torch
 
-from slimrl.ops.lean_logprob import LeanLogProbFunction, resolve_num_chunks
+from slimrl.ops.chunking import resolve_num_chunks
+from slimrl.ops.lean_logprob import LeanLogProbFunction
 from slimrl.ops.logprob import fused_logprobs
 
 from _gpu_helpers import MARKS, rel_err, report

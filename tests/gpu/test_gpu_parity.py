@@ -16,8 +16,21 @@ import pytest
 
 from slimrl.ops.lean_logprob import LeanLogProbFunction
 
-from _gpu_helpers import (BF16_ACCURACY_FACTOR, BF16_CONTROL_SCALE, BF16_FLOOR, FP32_CONTROL_SCALE, MARKS, OFFLINE,
-                          assert_sides_match, cuda_config, head_file, report, run_sides, same_batches, trace_errors)
+from _gpu_helpers import (
+    BF16_ACCURACY_FACTOR,
+    BF16_CONTROL_SCALE,
+    BF16_FLOOR,
+    FP32_CONTROL_SCALE,
+    MARKS,
+    OFFLINE,
+    assert_sides_match,
+    cuda_config,
+    head_file,
+    report,
+    run_sides,
+    same_batches,
+    trace_errors,
+)
 
 pytestmark = MARKS
 

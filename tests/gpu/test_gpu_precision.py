@@ -9,6 +9,7 @@ import torch
 
 from slimrl import FastLanguageModel
 from slimrl.patches import precision
+from slimrl.state import ConfigState, config_state
 from slimrl.testing import tiny_llama
 
 from _gpu_helpers import MARKS, cuda_config, grpo_step, grpo_trainer, patched_state, trainable
@@ -26,14 +27,14 @@ def _grpo_config(tmp_path, **flags):
 def test_bare_config_keeps_trls_bf16_default_on_a_bf16_gpu(tmp_path, unpatched):
     assert torch.cuda.is_bf16_supported(), "these checks assume a GPU with bf16 (Ampere or newer)"
     cfg = _grpo_config(tmp_path)
-    assert cfg.bf16 is True and not cfg.fp16 and not getattr(cfg, precision.AUTO_ATTR)
+    assert cfg.bf16 is True and not cfg.fp16 and not config_state(cfg).auto_precision
 
 
 @pytest.mark.parametrize("flags", [dict(bf16=True), dict(bf16=False), dict(bf16=False, fp16=True)])
 def test_explicit_flags_are_kept_on_cuda(flags, tmp_path, unpatched):
     cfg = _grpo_config(tmp_path, **flags)
     assert (cfg.bf16, bool(cfg.fp16)) == (flags["bf16"], flags.get("fp16", False))
-    assert not getattr(cfg, precision.AUTO_ATTR)
+    assert not config_state(cfg).auto_precision
 
 
 def test_both_flags_raise_on_cuda(tmp_path, unpatched):
@@ -45,7 +46,7 @@ def test_both_flags_raise_on_cuda(tmp_path, unpatched):
                                                (torch.float32, (True, False))])
 def test_automatic_precision_follows_the_weights_on_cuda(weights, expected):
     args = types.SimpleNamespace(bf16=False, fp16=False, use_cpu=False, mixed_precision="no",
-                                 **{precision.AUTO_ATTR: True})
+                                 _slimrl=ConfigState(auto_precision=True))
     precision.resolve_trainer_precision(args, tiny_llama(dtype=weights))
     assert (args.bf16, args.fp16) == expected
     assert args.mixed_precision == ("bf16" if expected[0] else "fp16")
@@ -53,7 +54,7 @@ def test_automatic_precision_follows_the_weights_on_cuda(weights, expected):
 
 def test_automatic_precision_with_use_cpu_is_no_autocast():
     args = types.SimpleNamespace(bf16=True, fp16=False, use_cpu=True, mixed_precision="bf16",
-                                 **{precision.AUTO_ATTR: True})
+                                 _slimrl=ConfigState(auto_precision=True))
     precision.resolve_trainer_precision(args, tiny_llama(dtype=torch.float32))
     assert (args.bf16, args.fp16, args.mixed_precision) == (False, False, "no")
 
@@ -63,7 +64,7 @@ def test_automatic_precision_with_use_cpu_is_no_autocast():
     (dict(bf16=True, fp16=False), torch.float16, "bf16=True but the model's weights are float16"),
 ])
 def test_explicit_flag_contradicting_the_weights_raises_on_cuda(flags, weights, message):
-    args = types.SimpleNamespace(use_cpu=False, **flags, **{precision.AUTO_ATTR: False})
+    args = types.SimpleNamespace(use_cpu=False, **flags, _slimrl=ConfigState(auto_precision=False))
     with pytest.raises(ValueError, match=message):
         precision.resolve_trainer_precision(args, tiny_llama(dtype=weights))
 

@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+from slimrl.state import model_state
+
 torch.set_num_threads(1)
 
 
@@ -21,7 +23,7 @@ def tiny_peft():
 
     def make(mode=True, seed=0, **kwargs):
         model = tiny_llama(seed=seed, hidden_size=32, num_layers=2)
-        model._slimrl_tokenizer = tiny_tokenizer()
+        model_state(model).tokenizer = tiny_tokenizer()
         model.max_seq_length = 128
         kwargs.setdefault("init_lora_weights", False)
         return FastLanguageModel.get_peft_model(model, r=4, lora_alpha=8, use_gradient_checkpointing=mode,

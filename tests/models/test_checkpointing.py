@@ -7,6 +7,7 @@ import torch
 
 from slimrl.models import checkpointing
 from slimrl.models.checkpointing import offloaded_checkpoint
+from slimrl.state import model_state
 
 from _models_helpers import batch, lora_grads
 
@@ -47,7 +48,7 @@ def test_gradients_equal_across_modes(tiny_peft):
 def test_mode_recorded_and_readable_through_peft(tiny_peft):
     for mode, alias in ((True, True), ("offload", "offload"), ("offload", "unsloth"), (False, False)):
         model = tiny_peft(alias)
-        assert model._slimrl_checkpointing == mode
+        assert model_state(model).checkpointing == mode
         assert checkpointing.checkpointing_mode(model) == mode
         expect_mode(model, mode)
     with pytest.raises(ValueError, match="use_gradient_checkpointing"):
@@ -95,7 +96,7 @@ def test_real_trainer_init_keeps_offload(tiny_peft, tmp_path):
 
 def test_offload_hook_sees_the_checkpointed_inputs(tiny_peft):
     model = tiny_peft("offload").train()
-    stats = checkpointing.base_transformers_model(model)._slimrl_offload_stats
+    stats = model_state(checkpointing.base_transformers_model(model)).offload_stats
     lora_grads(model, batch())
     # each checkpointed layer saves at least its hidden-state input through the hook; on CPU nothing moves
     assert stats.tensors_seen >= 2
@@ -111,11 +112,11 @@ def test_deepcopy_rebinds_the_guard(tiny_peft):
     clone = copy.deepcopy(model)
     base, clone_base = (checkpointing.base_transformers_model(m) for m in (model, clone))
     assert clone_base.gradient_checkpointing_enable.__self__ is clone_base
-    clone_base._slimrl_checkpointing = True
+    model_state(clone_base).checkpointing = True
     clone.gradient_checkpointing_enable()
     expect_mode(clone, True)
     expect_mode(model, "offload")
-    assert base._slimrl_checkpointing == "offload"
+    assert model_state(base).checkpointing == "offload"
 
 
 def test_apply_checkpointing_on_plain_model():
@@ -146,5 +147,5 @@ def test_stock_grpo_trainer_keeps_offload_through_rollouts(tiny_model_dir, tmp_p
     expect_mode(trainer.model, "offload")
     trainer.train()  # two generate → train cycles through unwrap_model_for_generation
     expect_mode(trainer.model, "offload")
-    stats = checkpointing.base_transformers_model(trainer.model)._slimrl_offload_stats
+    stats = model_state(checkpointing.base_transformers_model(trainer.model)).offload_stats
     assert stats.tensors_seen == 2 * 2  # the hidden-state input of 2 layers, in 2 training forwards

@@ -8,6 +8,7 @@ import torch
 from slimrl import FastLanguageModel
 from slimrl.models import embedded, loading
 from slimrl.models.loading import choose_dtype, cpu_bf16_flags, parse_dtype, prepare_tokenizer
+from slimrl.state import model_state
 from slimrl.testing import tiny_tokenizer
 
 
@@ -37,14 +38,14 @@ def test_load_attributes_and_passthrough(tiny_model_dir, caplog):
         model, tokenizer = FastLanguageModel.from_pretrained(tiny_model_dir, max_seq_length=96, dtype=None,
                                                              attn_implementation="eager")
     expected, _ = choose_dtype(None, "cpu")
-    assert model.dtype == expected and model._slimrl_dtype == expected
+    assert model.dtype == expected and model_state(model).dtype == expected
     assert str(expected).removeprefix("torch.") in caplog.text
     assert model.config._attn_implementation == "eager"
     assert model.max_seq_length == 96 and getattr(model, "max_seq_length", None) == 96
-    assert model._slimrl_tokenizer is tokenizer
-    assert not hasattr(model, "_slimrl_checkpointing")
+    assert model_state(model).tokenizer is tokenizer
+    assert model_state(model).checkpointing is None
     peft_model = FastLanguageModel.get_peft_model(model, r=4)
-    assert getattr(peft_model, "max_seq_length", None) == 96 and peft_model._slimrl_tokenizer is tokenizer
+    assert getattr(peft_model, "max_seq_length", None) == 96 and model_state(peft_model).tokenizer is tokenizer
 
 
 def test_prepare_tokenizer_adds_pad_and_chatml(caplog):
@@ -89,7 +90,7 @@ def test_unsloth_keywords(tiny_model_dir):
         model, _ = FastLanguageModel.from_pretrained(tiny_model_dir, dtype="float32", fix_tokenizer=True,
                                                      use_gradient_checkpointing="unsloth", full_finetuning=True,
                                                      token=None)
-    assert model._slimrl_checkpointing == "offload"
+    assert model_state(model).checkpointing == "offload"
     with pytest.raises(NotImplementedError, match="load_in_8bit"):
         FastLanguageModel.from_pretrained(tiny_model_dir, load_in_8bit=True)
     with pytest.raises(ValueError, match="full_finetuning"):

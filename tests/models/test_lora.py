@@ -5,6 +5,7 @@ import torch
 
 from slimrl import FastLanguageModel
 from slimrl.models.lora import default_target_modules
+from slimrl.state import model_state
 from slimrl.testing import tiny_llama
 
 LLAMA_PROJECTIONS = ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]
@@ -61,4 +62,4 @@ def test_get_peft_model_twice_returns_same_model():
     peft_model = FastLanguageModel.get_peft_model(small(), r=4)
     with pytest.warns(UserWarning, match="already has LoRA"):
         again = FastLanguageModel.get_peft_model(peft_model, r=8, use_gradient_checkpointing="offload")
-    assert again is peft_model and peft_model._slimrl_checkpointing == "offload"
+    assert again is peft_model and model_state(peft_model).checkpointing == "offload"

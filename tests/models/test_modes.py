@@ -6,6 +6,7 @@ import torch
 from slimrl import FastLanguageModel
 from slimrl.models import checkpointing
 from slimrl.models.modes import mode_state
+from slimrl.state import model_state
 
 from _models_helpers import batch, lora_grads_around_generate
 
@@ -27,7 +28,7 @@ def test_round_trip_restores_training_state(tiny_peft, mode):
 @pytest.mark.parametrize("mode", [False, True, "offload"])
 def test_switches(tiny_peft, mode):
     model = tiny_peft(mode)
-    tokenizer = model._slimrl_tokenizer
+    tokenizer = model_state(model).tokenizer
     FastLanguageModel.for_inference(model)
     assert not any(m.training for m in model.modules())
     assert model.config.use_cache is True and tokenizer.padding_side == "left"
@@ -48,7 +49,7 @@ def test_generate_then_train_gives_same_gradients(tiny_peft):
 def test_for_training_can_change_mode(tiny_peft):
     model = tiny_peft(True)
     FastLanguageModel.for_training(model, use_gradient_checkpointing="unsloth")
-    assert model._slimrl_checkpointing == "offload"
+    assert model_state(model).checkpointing == "offload"
 
 
 def test_plain_model_without_tokenizer_or_mode():

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import copy
 
-import _parity as P
 import pytest
 import torch
-from _reference import naive_fused_lm_head, naive_outputs
 
-from slimrl.ops import lean_logprob
+from slimrl.ops import chunking
+from slimrl.ops.chunking import num_chunks_of, set_num_chunks
 from slimrl.ops.lean_logprob import LeanLogProbFunction
-from slimrl.ops.logprob import NUM_CHUNKS_ATTR, add_fused_lm_head, fused_logprobs, set_num_chunks
+from slimrl.ops.logprob import add_fused_lm_head, fused_logprobs
 from slimrl.testing import tiny_llama
+
+import _parity as P
+from _reference import naive_fused_lm_head, naive_outputs
 
 trl_utils = pytest.importorskip("trl.trainer.utils")
 ALL = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
@@ -108,7 +110,7 @@ def test_lora_grads_and_knob_on_base_model():
     for m in models[1:]:
         m.load_state_dict({k: v.to(next(m.parameters()).dtype) for k, v in models[0].state_dict().items()})
     set_num_chunks(models[0], 3)  # lands on the base model, read at call time
-    assert getattr(models[0].get_base_model(), NUM_CHUNKS_ATTR) == 3
+    assert num_chunks_of(models[0].get_base_model()) == 3
     ids, labels = _batch(2)
     outs = _forward(models, input_ids=ids, labels=labels)
     assert LeanLogProbFunction.last_forward_chunks == 3
@@ -166,13 +168,13 @@ def test_more_chunks_less_scratch_memory():
     assert big >= 2 * N * vocab * 4  # two full [N, V] fp32 buffers when unchunked
     assert small * 8 < big
 
-    old = lean_logprob.AUTO_BUDGET_BYTES
+    old = chunking.AUTO_BUDGET_BYTES
     try:
-        lean_logprob.AUTO_BUDGET_BYTES = 2 * 4 * vocab * 10  # 10 rows per chunk
+        chunking.AUTO_BUDGET_BYTES = 2 * 4 * vocab * 10  # 10 rows per chunk
         fused_logprobs(hidden, weight, None, targets, 1.0, None, 1.0, ("log_probs", "entropy"), -1)
         assert LeanLogProbFunction.last_forward_chunks == 7  # ceil(64 / 10) chunks of at most 10 rows
     finally:
-        lean_logprob.AUTO_BUDGET_BYTES = old
+        chunking.AUTO_BUDGET_BYTES = old
 
 
 def test_all_masked_stays_connected_and_one_token():
@@ -185,7 +187,7 @@ def test_all_masked_stays_connected_and_one_token():
     out.loss.backward()  # a differentiable zero, not an error
     assert all(torch.count_nonzero(g) == 0 for g in _grads(ours).values())
     labels[0, 10] = ids[0, 10]  # exactly one scored token
-    setattr(ours, NUM_CHUNKS_ATTR, 1000)  # one token per chunk: the chunk count is the number of scored positions
+    set_num_chunks(ours, 1000)  # one token per chunk: the chunk count is the number of scored positions
     outs = _forward(models, input_ids=ids, labels=labels)
     assert LeanLogProbFunction.last_forward_chunks == 1 and int(outs[0].label_mask.sum()) == 1  # prompt unscored
     _check_outputs(outs, ("log_probs", "entropy"))

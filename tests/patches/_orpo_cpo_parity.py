@@ -1,11 +1,11 @@
 """Shared harness for the stock-vs-patched parity tests of TRL's experimental ORPO and CPO trainers.
 
 Same scheme as _pref_parity (DPO/KTO): the four sides of _parity (stock, patched, float64 reference and perturbed
-reference) on identical models, each built and run in its own state; each side draws its micro-batches from its own dataloader after the same
-seed, runs the trainer's own `training_step` (TRL's compute_loss -> get_batch_loss_metrics -> concatenated_forward),
-then the same plain SGD step. Compared: batches (exact), loss of every micro-step, accumulated gradients, final
-parameters, and every metric ORPO/CPO store for logging (`_stored_metrics["train"]`; the patched side may add
-`peak_memory_gb` when slimrl's set-up patches are registered for the algorithm).
+reference) on identical models, each built and run in its own state; each side draws its micro-batches from its own
+dataloader after the same seed, runs the trainer's own `training_step` (TRL's compute_loss ->
+get_batch_loss_metrics -> concatenated_forward), then the same plain SGD step. Compared: batches (exact), loss of
+every micro-step, accumulated gradients, final parameters, and every metric ORPO/CPO store for logging
+(`_stored_metrics["train"]`; the patched side may add `peak_memory_gb`, the set-up's metric).
 
 The data has prompts, chosen and rejected answers of different lengths (both sides padded differently), and the
 batch size (3) is not a power of two. The SGD step is large enough to move the log-probs visibly between steps.
@@ -15,10 +15,21 @@ from __future__ import annotations
 
 import copy
 
-import _tiny as T
 import torch
-from _parity import Sides, Trace, assert_inputs_match, assert_metrics_match, assert_steps_match, finish_side, \
-    sgd_step, side_model, side_state, trainable
+
+import _tiny as T
+from _parity import (
+    Sides,
+    Trace,
+    assert_inputs_match,
+    assert_metrics_match,
+    assert_steps_match,
+    finish_side,
+    sgd_step,
+    side_model,
+    side_state,
+    trainable,
+)
 
 # The harness's SGD step. Full fine-tuning moves every weight, so it takes a smaller one (as the other harnesses):
 # at 0.05, full-FT CPO-IPO's first step grew the next gradient 30x (norm 4e2 -> 1e4) and saturated the softmax, so

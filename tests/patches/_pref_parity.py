@@ -20,12 +20,23 @@ from __future__ import annotations
 
 import copy
 
-import _tiny as T
 import torch
-from _parity import Sides, assert_inputs_match, assert_metrics_match, assert_steps_match, finish_side, sgd_step, \
-    side_model, side_state, trainable, Trace
 
 from slimrl.testing import tiny_llama_config
+
+import _tiny as T
+from _parity import (
+    Sides,
+    Trace,
+    assert_inputs_match,
+    assert_metrics_match,
+    assert_steps_match,
+    finish_side,
+    sgd_step,
+    side_model,
+    side_state,
+    trainable,
+)
 
 SLIMRL_HEAD, STOCK_HEAD = "slimrl/ops/logprob.py", "trl/trainer/utils.py"
 # The harness's SGD step (TRL's optimizer is not used). Full fine-tuning moves every weight, so it gets a smaller

@@ -18,10 +18,21 @@ from __future__ import annotations
 
 import copy
 
-import _tiny as T
 import torch
-from _parity import Sides, Trace, assert_inputs_match, assert_metrics_match, assert_steps_match, finish_side, \
-    sgd_step, side_model, side_state, trainable
+
+import _tiny as T
+from _parity import (
+    Sides,
+    Trace,
+    assert_inputs_match,
+    assert_metrics_match,
+    assert_steps_match,
+    finish_side,
+    sgd_step,
+    side_model,
+    side_state,
+    trainable,
+)
 
 # The harness's own SGD step: large enough that the second step is clearly off-policy (ratios clip). Full
 # fine-tuning moves every weight, so it gets a smaller step: at 0.1 VESPO's gamma weights collapse to ~0 on the

@@ -1,9 +1,10 @@
 """Fixtures shared by the parity and equivalence tests."""
 
-import _tiny as T
 import pytest
 
 from slimrl.patches import registry
+
+import _tiny as T
 
 
 @pytest.fixture

@@ -43,9 +43,10 @@ def test_cpo_parity(tmp_path, unpatched, case):
 
 
 def test_encoder_decoder_calls_stock_with_warning(unpatched):
-    from slimrl.patches.cpo import make_concatenated_forward
+    from slimrl.patches.concatenated_forward import concatenated_forward_maker
+    from slimrl.patches.cpo import CPO
 
     trainer = types.SimpleNamespace(is_encoder_decoder=True)
     with pytest.warns(UserWarning, match="CPOTrainer.*encoder-decoder"):
-        result = make_concatenated_forward(lambda self, model, batch: ("stock", self))(trainer, None, None)
+        result = concatenated_forward_maker(CPO)(lambda self, model, batch: ("stock", self))(trainer, None, None)
     assert result == ("stock", trainer)

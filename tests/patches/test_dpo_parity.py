@@ -9,11 +9,12 @@ saved folder); batch 3 x 1 and 2 x 2 accumulation; prompts and completions of di
 
 import pytest
 
+from slimrl.ops.lean_logprob import LeanLogProbFunction
+from slimrl.state import model_state
+
 import _parity as P
 import _pref_parity as H
 import _tiny as T
-
-from slimrl.ops.lean_logprob import LeanLogProbFunction
 
 ALGO = "dpo"
 BS3 = dict(per_device_train_batch_size=3)
@@ -77,7 +78,7 @@ def test_offload_checkpointing_matches_stock_checkpointing(tmp_path, unpatched):
     stock, patched = trainers.stock, trainers.patched
     H.assert_traces_match(H.run_sides(ALGO, trainers))
     base = patched.model.get_base_model()
-    assert base._slimrl_checkpointing == "offload" and base._slimrl_offload_stats.tensors_seen > 0
+    assert model_state(base).checkpointing == "offload" and model_state(base).offload_stats.tensors_seen > 0
     assert is_checkpointing_active(stock.model) and is_checkpointing_active(patched.model)
 
 
@@ -118,7 +119,7 @@ def test_unsloth_style_script(tmp_path, saved_model, unpatched):
     trainer.train()
     logged = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logged) == 2 and all(h["peak_memory_gb"] > 0 for h in logged)
-    assert model.get_base_model().__dict__.get("_slimrl_offload_stats").tensors_seen > 0
+    assert model_state(model.get_base_model()).offload_stats.tensors_seen > 0
 
 
 def test_train_end_to_end_matches_stock(tmp_path, unpatched):

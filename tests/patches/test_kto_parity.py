@@ -7,12 +7,12 @@ slimrl's head with the chunk knob already set); batch 3 x 1 and 2 x 2 accumulati
 """
 
 import pytest
-
-import _pref_parity as H
-import _tiny as T
 import torch
 
 from slimrl.ops.lean_logprob import LeanLogProbFunction
+
+import _pref_parity as H
+import _tiny as T
 
 ALGO = "kto"
 BS3 = dict(per_device_train_batch_size=3)

@@ -9,11 +9,11 @@ of different lengths and batches of 3 or 2 pairs. Negative control: a different 
 import types
 
 import pytest
+import torch
 
 import _orpo_cpo_parity as H
 import _parity as P
 import _tiny as T
-import torch
 
 ALGO = "orpo"
 
@@ -88,7 +88,7 @@ def test_patched_step_never_allocates_full_logits(tmp_path, unpatched):
 
     with P.stock_state():
         stock = H.build_trainer(ALGO, factory(), H.make_config(ALGO, str(tmp_path)), H.lora_config())
-    with P.patched_state(ALGO):  # the config knob (preference_common's set-up patches) reaches the lean head
+    with P.patched_state(ALGO):  # the config knob (the shared set-up, patches/trainer_setup.py) reaches the lean head
         patched = H.build_trainer(ALGO, factory(), H.make_config(ALGO, str(tmp_path), slimrl_num_chunks=8),
                                   H.lora_config())
     batch = next(iter(stock.get_train_dataloader()))
@@ -115,7 +115,8 @@ def test_lora_on_lm_head_falls_back_to_stock_with_warning(tmp_path, unpatched):
 
 
 def test_encoder_decoder_calls_stock_with_warning(unpatched):
-    from slimrl.patches.orpo import make_concatenated_forward
+    from slimrl.patches.concatenated_forward import concatenated_forward_maker
+    from slimrl.patches.orpo import ORPO
 
     calls = []
 
@@ -125,7 +126,7 @@ def test_encoder_decoder_calls_stock_with_warning(unpatched):
 
     trainer = types.SimpleNamespace(is_encoder_decoder=True)
     with pytest.warns(UserWarning, match="encoder-decoder"):
-        assert make_concatenated_forward(original)(trainer, "model", "batch") == "stock-result"
+        assert concatenated_forward_maker(ORPO)(original)(trainer, "model", "batch") == "stock-result"
     assert calls == [(trainer, "model", "batch")]
 
 
@@ -153,12 +154,14 @@ def test_from_trl_import_alias_appears_with_patch_and_goes_with_unpatch(unpatche
     with pytest.raises(ImportError):
         from trl import ORPOTrainer as _  # noqa: F401
     registry.PatchFastRL("orpo")
-    from trl import ORPOConfig as aliased_config, ORPOTrainer as aliased_trainer
+    from trl import ORPOConfig as aliased_config
+    from trl import ORPOTrainer as aliased_trainer
 
     assert (aliased_config, aliased_trainer) == (ORPOConfig, ORPOTrainer)
     assert not hasattr(trl, "CPOTrainer"), "only the patched algorithm's aliases"
     registry.PatchFastRL("cpo")
-    from trl import CPOConfig as cpo_config, CPOTrainer as cpo_trainer
+    from trl import CPOConfig as cpo_config
+    from trl import CPOTrainer as cpo_trainer
 
     assert (cpo_config, cpo_trainer) == (CPOConfig, CPOTrainer)
     registry.unpatch("orpo")
@@ -179,46 +182,3 @@ def test_alias_leaves_a_trl_symbol_alone(monkeypatch, unpatched):
     assert trl.ORPOTrainer is sentinel and "trl.ORPOTrainer" not in registry.applied_seams()
     registry.unpatch()
     assert trl.ORPOTrainer is sentinel
-
-
-@pytest.mark.parametrize("average, drop_last", [(True, True), (False, False)])
-def test_preference_stats_match_full_logits_reference(average, drop_last):
-    """The op alone vs naive full logits, with softcap, logit scale, bias, 3 chunks, and NLL targets that differ
-    from the labels at some positions (TRL's collator never produces that; the op scores them separately).
-    Stock's arithmetic is the naive computation in float32; the reference is the same in float64 (_parity's rule)."""
-    from slimrl.ops.chunked_preference import preference_stats
-
-    gen = torch.Generator().manual_seed(0)
-    R, L, H, V, B, softcap, scale = 6, 9, 8, 50, 3, 2.0, 0.7
-    hidden = torch.randn(R, L, H, generator=gen)
-    weight = torch.randn(V, H, generator=gen).mul_(0.5)
-    bias = torch.randn(V, generator=gen)
-    ids = torch.randint(0, V, (R, L), generator=gen)
-    labels = ids.masked_fill(torch.rand(R, L, generator=gen) < 0.4, -100)
-    labels[:, :2] = -100  # prompt
-    nll_labels = torch.where(torch.rand(R, L, generator=gen) < 0.3, torch.randint(0, V, (R, L), generator=gen), ids)
-    nll_labels[:, -1] = -100  # padding
-    coef = torch.linspace(-1, 2, R)
-
-    def naive(dtype):
-        h, w, b = (x.to(dtype).requires_grad_() for x in (hidden, weight, bias))
-        z = torch.tanh((h @ w.T + b) * scale / softcap) * softcap
-        logp = z[:, :-1].log_softmax(-1)
-        tgt, mask = labels[:, 1:], labels[:, 1:] != -100
-        logps = (logp.gather(-1, tgt.clamp(min=0).unsqueeze(-1)).squeeze(-1) * mask).sum(-1)
-        logps = logps / mask.sum(-1) if average else logps
-        nll = torch.nn.functional.cross_entropy(z[:B, :-1].reshape(-1, V), nll_labels[:B, 1:].reshape(-1))
-        zm = (z[:, :-1] if drop_last else z).detach()
-        grads = torch.autograd.grad((logps * coef).sum() + 3 * nll, (h, w, b))
-        return (logps, nll, zm[:B].mean(), zm[B:].mean(), *grads)
-
-    h, w, b = (x.clone().requires_grad_() for x in (hidden, weight, bias))
-    stats = preference_stats(h, w, b, labels, num_chosen=B, average_log_prob=average, nll_labels=nll_labels,
-                             logits_drop_last=drop_last, softcap=softcap, logit_scale=scale, num_chunks=3)
-    grads = torch.autograd.grad((stats.logps * coef).sum() + 3 * stats.chosen_nll, (h, w, b))
-    ours = (stats.logps, stats.chosen_nll, stats.chosen_mean_logits, stats.rejected_mean_logits, *grads)
-    names = ("logps", "chosen_nll", "chosen_mean_logits", "rejected_mean_logits", "grad hidden", "grad weight",
-             "grad bias")
-    for name, p, s, r in zip(names, ours, naive(torch.float32), naive(torch.float64)):
-        P.check(f"op: {name}", p.detach(), s.detach(), r.detach())
-    assert torch.equal(stats.token_counts, (labels[:, 1:] != -100).sum(-1))

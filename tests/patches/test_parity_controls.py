@@ -8,15 +8,16 @@ A stale vLLM engine (rollouts from weights one step old) is the vLLM tier's cont
 (tests/generation/test_vllm_tier.py).
 """
 
+import pytest
+import torch
+
+from slimrl.ops import lean_logprob
+
 import _orpo_cpo_parity as O
 import _parity as P
 import _pref_parity as H
 import _rl_parity as R
 import _tiny as T
-import pytest
-import torch
-
-from slimrl.ops import lean_logprob
 
 GRPO_CASE = dict(loss_type="dapo", beta=0.04, num_iterations=2)
 
@@ -87,17 +88,16 @@ def test_loss_off_by_a_thousandth_fails(family, tmp_path, unpatched):
 
 
 def _second_of_three_chunks_off(monkeypatch, factor=1.001):
-    """slimrl's head projects each chunk through `_project`; scale the logits of the second of three chunks."""
-    project = lean_logprob._project
+    """slimrl's head projects each chunk through `ChunkProjector.project`; scale the second chunk's logits."""
+    project = lean_logprob.ChunkProjector.project
 
-    def wrong_project(out32, low_buf, hidden_chunk, weight, bias, compute_dtype):
-        project(out32, low_buf, hidden_chunk, weight, bias, compute_dtype)
-        width = hidden_chunk.shape[1]
-        rows = hidden_chunk.untyped_storage().nbytes() // (hidden_chunk.element_size() * width)
-        if rows >= 3 and hidden_chunk.storage_offset() // width == lean_logprob.chunk_bounds(rows, 3)[1][0]:
-            out32.mul_(factor)
+    def wrong_project(self, start, end):
+        logits = project(self, start, end)
+        if len(self.bounds) == 3 and (start, end) == self.bounds[1]:
+            logits.mul_(factor)
+        return logits
 
-    monkeypatch.setattr(lean_logprob, "_project", wrong_project)
+    monkeypatch.setattr(lean_logprob.ChunkProjector, "project", wrong_project)
 
 
 @pytest.mark.parametrize("family", ["grpo", "dpo"])

@@ -7,16 +7,16 @@ import textwrap
 import pytest
 
 import slimrl
-from slimrl.patches import registry
+from slimrl.patches import registry, seams
 
 
 def _snapshot():
     """The objects every registered seam holds right now (own attribute, or the inherited marker)."""
     snap = {}
     for algo in registry.supported_algorithms():
-        for p in registry.patches_for(algo):
-            owner = registry._resolve(p.owner)
-            snap[p.seam] = registry._own_attr(owner, p.name)
+        for p in registry.ALGORITHMS[algo]:
+            owner = seams.resolve(p.owner)
+            snap[p.seam] = seams.own_attr(owner, p.name)
     return snap
 
 
@@ -83,6 +83,18 @@ def test_changed_signature_raises(monkeypatch):
     assert not slimrl.is_patched()
 
 
+@pytest.mark.parametrize("module, name", [("trl.kernels.chunked_logprob", "_use_triton"),
+                                          ("trl.trainer.utils", "_CHUNKED_LOGPROB_CHUNK_SIZE")])
+def test_missing_trl_helper_the_head_reads_raises_naming_it(monkeypatch, module, name):
+    import importlib
+
+    before = _snapshot()
+    monkeypatch.delattr(importlib.import_module(module), name)
+    with pytest.raises(slimrl.PatchError, match=rf"relies on `{module}\.{name}`"):
+        slimrl.PatchFastRL("grpo")
+    assert _snapshot() == before and not slimrl.is_patched()
+
+
 def test_unsupported_trl_version_names_both(monkeypatch):
     import trl
 
@@ -132,16 +144,16 @@ def test_import_order(trl_first):
 def test_offline_trainer_patches_exactly_its_seams_and_unpatches(algo):
     before = _snapshot()
     assert slimrl.PatchFastRL(algo) == [algo]
-    seams = {p.seam for p in registry.patches_for(algo)}
-    assert set(registry.applied_seams()) == seams
+    own = {p.seam for p in registry.ALGORITHMS[algo]}
+    assert set(registry.applied_seams()) == own
     after = _snapshot()
     for seam, obj in after.items():
-        if seam in seams:
-            assert obj is not before[seam] and registry._unwrap_descriptor(obj).__slimrl_seam__ == seam
+        if seam in own:
+            assert obj is not before[seam] and seams.unwrap_descriptor(obj).__slimrl_seam__ == seam
         else:
             assert obj is before[seam], f"{algo} touched {seam}"
     # DPO/KTO/SFT get slimrl's head; the reward model (sequence classification) has no head seam
-    assert (f"trl.trainer.{algo}_trainer.add_fused_lm_head" in seams) == (algo != "reward")
+    assert (f"trl.trainer.{algo}_trainer.add_fused_lm_head" in own) == (algo != "reward")
     slimrl.unpatch(algo)
     assert _snapshot() == before and not slimrl.is_patched()
 

@@ -8,10 +8,10 @@ accumulation, mask_truncated_completions, temperature, normalize_advantages and 
 """
 
 import pytest
+import torch
 
 import _rl_parity as R
 import _tiny as T
-import torch
 
 ALGO = "rloo"
 

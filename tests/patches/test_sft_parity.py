@@ -8,10 +8,11 @@ num_items_in_batch across the accumulated micro-batches); slimrl_num_chunks -1 /
 
 import pytest
 
+from slimrl.ops.lean_logprob import LeanLogProbFunction
+from slimrl.state import model_state
+
 import _pref_parity as H
 import _tiny as T
-
-from slimrl.ops.lean_logprob import LeanLogProbFunction
 
 ALGO = "sft"
 BS3 = dict(per_device_train_batch_size=3)
@@ -53,5 +54,5 @@ def test_offload_checkpointing_full_ft_matches_stock(tmp_path, unpatched):
                              patched_model_setup=lambda m: apply_checkpointing(m, "offload"))
     stock, patched = trainers.stock, trainers.patched
     H.assert_traces_match(H.run_sides(ALGO, trainers))
-    assert patched.model._slimrl_offload_stats.tensors_seen > 0
+    assert model_state(patched.model).offload_stats.tensors_seen > 0
     assert is_checkpointing_active(stock.model) and is_checkpointing_active(patched.model)

@@ -17,12 +17,12 @@
 """
 
 import pytest
+import torch
+from transformers import TrainerCallback
 
 import _parity as P
 import _rl_parity as R
 import _tiny as T
-import torch
-from transformers import TrainerCallback
 
 # float64 runs of two geometries: the same sums in another order, |difference| ~ 1e-16 x the terms' conditioning
 # (measured 4e-16 on the step gradients)

@@ -9,6 +9,7 @@ from datasets import Dataset
 
 import slimrl
 from slimrl.patches import precision, validation
+from slimrl.state import config_state
 from slimrl.testing import tiny_llama, tiny_tokenizer
 
 
@@ -81,13 +82,13 @@ needs_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks th
 def test_bare_config_builds_on_cpu(grpo, tmp_path):
     cfg = _cfg(grpo[0], tmp_path)
     assert cfg.bf16 is False and cfg.mixed_precision == "no"
-    assert getattr(cfg, precision.AUTO_ATTR)
+    assert config_state(cfg).auto_precision
 
 
 @needs_cpu_only
 def test_use_cpu_keeps_trl_default(grpo, tmp_path):
     cfg = _cfg(grpo[0], tmp_path, use_cpu=True)
-    assert cfg.bf16 is True and not getattr(cfg, precision.AUTO_ATTR)
+    assert cfg.bf16 is True and not config_state(cfg).auto_precision
 
 
 @needs_cpu_only
@@ -116,7 +117,7 @@ def test_flags_contradicting_weights():
 @needs_cpu_only
 def test_auto_precision_on_cpu_follows_weights():
     args = types.SimpleNamespace(bf16=False, fp16=False, use_cpu=False, mixed_precision="no")
-    setattr(args, precision.AUTO_ATTR, True)
+    config_state(args).auto_precision = True
     precision.resolve_trainer_precision(args, tiny_llama(dtype=torch.bfloat16))
     assert (args.bf16, args.fp16, args.mixed_precision) == (False, False, "no")
 

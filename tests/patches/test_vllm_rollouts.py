@@ -8,6 +8,7 @@ import slimrl
 from slimrl.generation.vllm_engine import VLLMEngine
 from slimrl.patches import registry, vllm_rollouts
 from slimrl.patches.vllm_rollouts import apply_sampling_params, make_vllm_generation
+from slimrl.state import config_state
 
 
 class _Config:
@@ -19,7 +20,7 @@ class _Config:
         self.use_vllm, self.vllm_mode, self.vllm_enable_sleep_mode = False, "colocate", False
         self.__dict__.update(fields)
         self.vllm_sampling_params = vllm_sampling_params
-        self._slimrl_user_fields = frozenset(user) | frozenset(fields)
+        config_state(self).user_fields = frozenset(user) | frozenset(fields)
 
 
 def test_scalar_sampling_fields_reach_vllm_and_shared_ones_go_to_the_config():
@@ -74,7 +75,7 @@ def test_config_turns_use_vllm_on_for_an_engine_unless_the_user_said_no(caplog):
     args = _Config()
     with vllm_rollouts.engine_rollouts(model, args):
         assert vllm_rollouts._TRAINER_ARGS.get() is args
-    assert args.use_vllm and args._slimrl_sleep and args._slimrl_sampling_overrides == {}
+    assert args.use_vllm and config_state(args).sleep_between_rollouts and config_state(args).sampling_overrides == {}
     args = _Config(use_vllm=False)
     with pytest.warns(UserWarning, match="use_vllm=False: the model's vLLM engine"):
         with vllm_rollouts.engine_rollouts(model, args):
@@ -83,7 +84,7 @@ def test_config_turns_use_vllm_on_for_an_engine_unless_the_user_said_no(caplog):
     args = _Config(vllm_enable_sleep_mode=False, vllm_gpu_memory_utilization=0.9)
     with pytest.warns(UserWarning, match="vllm_gpu_memory_utilization configures TRL's own"):
         vllm_rollouts._prepare_config(model, args)
-    assert args._slimrl_sleep is False
+    assert config_state(args).sleep_between_rollouts is False
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         vllm_rollouts._prepare_config(type("M", (), {})(), _Config())  # no engine, nothing to say

@@ -69,9 +69,12 @@ class ModelArguments:
 
 
 @dataclass
-class TaskArguments:
+class DataArguments:
+    """What every training command reads about its data: the built-in task or a dataset, and the eval split."""
+
     task: str = field(default="arithmetic", metadata={
-        "help": "Built-in task to train on (arithmetic). Ignored when --dataset_name is given."})
+        "help": "Built-in task (arithmetic; the preference commands: the correct answer chosen, a wrong one rejected, "
+                "for KTO one desirable and one undesirable row per prompt). Ignored when --dataset_name is given."})
     num_train_samples: int | None = field(default=None, metadata={
         "help": "Training prompts: generated for a built-in task (unset = 1000), a cap for a dataset (unset = all)."})
     num_eval_samples: int = field(default=128, metadata={
@@ -87,16 +90,23 @@ class TaskArguments:
         "help": "A Hub dataset id, a local dataset folder, or a .json/.jsonl/.csv/.parquet file."})
     dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration (load_dataset name=)."})
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
-    dataset_test_split: str = field(default="test", metadata={
-        "help": "Held-out split; if missing, num_eval_samples rows are split off the training split."})
     prompt_column: str = field(default="prompt", metadata={
         "help": "Column holding the prompt (a string or a list of chat messages)."})
+    plot: bool = field(default=True, metadata={"help": "Write training_curves.png (needs matplotlib)."})
+
+
+@dataclass
+class TaskArguments(DataArguments):
+    """`slimrl grpo`: a dataset's eval split and the reward functions scoring its completions."""
+
+    dataset_test_split: str = field(default="test", metadata={
+        "help": "Held-out split; if missing, num_eval_samples rows are split off the training split."})
     reward_funcs: list[str] | None = field(default=None, metadata={
         "help": "Reward functions for --dataset_name: dotted paths (my_module.my_reward), path/to/file.py:func, or "
-                "built-ins (format_reward, correctness_reward, accuracy_reward, think_format_reward). Several allowed."})
+                "built-ins (format_reward, correctness_reward, accuracy_reward, think_format_reward). Several "
+                "allowed."})
     accuracy_reward: str | None = field(default=None, metadata={
         "help": "Reward used as eval accuracy for --dataset_name (same syntax); unset = no before/after eval."})
-    plot: bool = field(default=True, metadata={"help": "Write training_curves.png (needs matplotlib)."})
 
 
 def build_grpo_parser(prog: str = "slimrl grpo"):
@@ -128,8 +138,10 @@ def mark_user_fields(training_args, argv: list[str]) -> None:
 
         with open(path) as f:
             given |= set((yaml.safe_load(f) or {}).keys())
+    from slimrl.state import config_state
+
     names = {f.name for f in dataclasses.fields(training_args)}
-    training_args._slimrl_user_fields = frozenset(given & names)
+    config_state(training_args).user_fields = frozenset(given & names)
 
 
 def parse_grpo_args(argv: list[str]):
@@ -155,7 +167,8 @@ PREFERENCE_ALGORITHMS = ("dpo", "orpo", "kto")
 # README's preference section (embedded SmolLM2-135M, built-in arithmetic preference pairs, 2-core CPU).
 PREFERENCE_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
     "output_dir": ("outputs/slimrl-{algorithm}-{task}", "{algorithm} and {task} are replaced"),
-    "learning_rate": (5e-5, "LoRA on a 135M model needs a larger step than full fine-tuning's 1e-6 to move in 30 steps"),
+    "learning_rate": (5e-5, "LoRA on a 135M model needs a larger step than full fine-tuning's 1e-6 to move in 30 "
+                            "steps"),
     "lr_scheduler_type": ("constant", "a linear decay over 30 steps would halve the average step"),
     "max_steps": (30, "a few minutes on a 2-core CPU"),
     "per_device_train_batch_size": (4, "4 pairs (KTO: 4 rows) per step keep a CPU step to seconds"),
@@ -167,32 +180,14 @@ PREFERENCE_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
 
 
 @dataclass
-class PreferenceTaskArguments:
-    task: str = field(default="arithmetic", metadata={
-        "help": "Built-in preference set (arithmetic: the correct answer chosen, a wrong one rejected; for KTO one "
-                "desirable and one undesirable row per prompt). Ignored when --dataset_name is given."})
-    num_train_samples: int | None = field(default=None, metadata={
-        "help": "Training prompts of the built-in set (unset = 1000), or a cap on a dataset's rows (unset = all)."})
-    num_eval_samples: int = field(default=128, metadata={
-        "help": "Held-out prompts of the built-in set for the before/after greedy accuracy; 0 skips it."})
-    eval_batch_size: int = field(default=32, metadata={"help": "Prompts per batched greedy generation in eval."})
-    max_operand: int | None = field(default=None, metadata={
-        "help": f"arithmetic set: largest operand (unset = {ARITHMETIC['max_operand']})."})
-    operations: str | None = field(default=None, metadata={
-        "help": f"arithmetic set: '+', '-' or '+-' (unset = {ARITHMETIC['operations']!r})."})
-    num_examples: int | None = field(default=None, metadata={
-        "help": f"arithmetic set: worked example turns before each question (unset = {ARITHMETIC['num_examples']})."})
-    dataset_name: str | None = field(default=None, metadata={
-        "help": "A Hub dataset id, a local dataset folder, or a .json/.jsonl/.csv/.parquet file."})
-    dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration (load_dataset name=)."})
-    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
-    prompt_column: str = field(default="prompt", metadata={"help": "Column holding the prompt."})
+class PreferenceTaskArguments(DataArguments):
+    """`slimrl dpo | orpo | kto`: the columns of a preference dataset."""
+
     chosen_column: str = field(default="chosen", metadata={"help": "dpo/orpo: column holding the preferred answer."})
     rejected_column: str = field(default="rejected", metadata={"help": "dpo/orpo: column holding the rejected answer."})
     completion_column: str = field(default="completion", metadata={"help": "kto: column holding the answer."})
     label_column: str = field(default="label", metadata={
         "help": "kto: column holding the desirable (true) / undesirable (false) label."})
-    plot: bool = field(default=True, metadata={"help": "Write training_curves.png (needs matplotlib)."})
 
 
 def preference_config_class(algorithm: str):
@@ -212,8 +207,9 @@ def build_preference_parser(algorithm: str):
 
     config = preference_config_class(algorithm)
     parser = TrlParser((PreferenceTaskArguments, ModelArguments, config), prog=f"slimrl {algorithm}",
-                       description=f"Train a model with {algorithm.upper()} (TRL's {config.__name__.removesuffix('Config')}"
-                                   f"Trainer on slimrl's memory paths). Every {config.__name__} field is a flag; "
+                       description=f"Train a model with {algorithm.upper()} (TRL's "
+                                   f"{config.__name__.removesuffix('Config')}Trainer on slimrl's memory paths). "
+                                   f"Every {config.__name__} field is a flag; "
                                    "--config run.yaml sets defaults, flags override it.")
     for action in parser._actions:
         if action.dest in PREFERENCE_CLI_DEFAULTS:

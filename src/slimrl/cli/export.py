@@ -80,8 +80,9 @@ def run_export(args) -> dict:
     result = {"output_dir": out, "files": sizes}
     if args.push_to_hub:
         from slimrl.export import hub
+        from slimrl.state import model_state
 
-        hub.write_model_card(out, getattr(model, "_slimrl_model_name", None),
+        hub.write_model_card(out, model_state(model).model_name,
                              "transformers" if args.format == "merged" else "gguf")
         result["commit_url"] = hub.upload_folder(out, args.push_to_hub, token=args.token,
                                                  private=True if args.private else None)

@@ -102,8 +102,9 @@ def run_grpo(task_args, model_args, training_args) -> dict:
     task = build_task(task_args, training_args.seed)
     out = training_args.output_dir
     os.makedirs(out, exist_ok=True)
-    print(f"[slimrl] task {task.name}: {len(task.train_dataset)} train / "
-          f"{len(task.eval_dataset) if task.eval_dataset is not None else 0} eval prompts; output_dir {out}", flush=True)
+    n_eval = len(task.eval_dataset) if task.eval_dataset is not None else 0
+    print(f"[slimrl] task {task.name}: {len(task.train_dataset)} train / {n_eval} eval prompts; output_dir {out}",
+          flush=True)
 
     model, tokenizer = load_base(model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype,
                                  model_args.load_in_4bit, model_args)
@@ -116,7 +117,8 @@ def run_grpo(task_args, model_args, training_args) -> dict:
     trainer = GRPOTrainer(model=model, reward_funcs=task.reward_funcs, args=training_args,
                           train_dataset=task.train_dataset, eval_dataset=eval_dataset, processing_class=tokenizer,
                           callbacks=[JsonlMetricsCallback(metrics_path)])
-    if not training_args.disable_tqdm and any(isinstance(c, ProgressCallback) for c in trainer.callback_handler.callbacks):
+    callbacks = trainer.callback_handler.callbacks
+    if not training_args.disable_tqdm and any(isinstance(c, ProgressCallback) for c in callbacks):
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(ProgressBarCallback(f"GRPO {task.name}"))
     train_t0 = time.perf_counter()

@@ -78,7 +78,8 @@ def run_preference(algorithm: str, task_args, model_args, training_args) -> dict
     metrics_path = os.path.join(out, "metrics.jsonl")
     trainer = trainer_class(algorithm)(model=model, args=training_args, train_dataset=task.train_dataset,
                                        processing_class=tokenizer, callbacks=[JsonlMetricsCallback(metrics_path)])
-    if not training_args.disable_tqdm and any(isinstance(c, ProgressCallback) for c in trainer.callback_handler.callbacks):
+    callbacks = trainer.callback_handler.callbacks
+    if not training_args.disable_tqdm and any(isinstance(c, ProgressCallback) for c in callbacks):
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(ProgressBarCallback(f"{algorithm.upper()} {task.name}", PREFERENCE_BAR_KEYS))
     train_t0 = time.perf_counter()

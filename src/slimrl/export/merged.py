@@ -31,6 +31,7 @@ import warnings
 import torch
 
 from ..generation.weights import checkpoint_name, engine_weights
+from ..state import model_state
 
 logger = logging.getLogger("slimrl")
 
@@ -50,7 +51,8 @@ def resolve_save_method(save_method: str) -> str:
 
 def model_dtype(model) -> torch.dtype:
     """The dtype the model computes in: slimrl's recorded choice, else its first floating-point parameter's."""
-    dtype = getattr(model, "_slimrl_dtype", None)
+    state = model_state(model, create=False)
+    dtype = None if state is None else state.dtype
     if isinstance(dtype, torch.dtype):
         return dtype
     for p in model.parameters():

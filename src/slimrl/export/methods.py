@@ -21,6 +21,7 @@ import os
 import tempfile
 import warnings
 
+from ..state import model_state, peft_owner
 from . import gguf_writer, hub, merged
 
 logger = logging.getLogger("slimrl")
@@ -41,22 +42,22 @@ def _drop_unsloth_kwargs(method: str, kwargs: dict) -> None:
 
 def _tokenizer(model, tokenizer):
     if tokenizer is None:
-        tokenizer = getattr(model, "_slimrl_tokenizer", None)
+        tokenizer = _recorded(model, "tokenizer")
         if tokenizer is not None:
             logger.info("slimrl: no tokenizer given; using the one from_pretrained returned with this model")
     return tokenizer
 
 
+def _recorded(model, fact: str):
+    """A fact slimrl recorded about `model` at load time (its ModelState), or None."""
+    state = model_state(model, create=False)
+    return None if state is None else getattr(state, fact)
+
+
 def _peft_model(model):
     """The PeftModel holding `model`'s adapter (itself, or the owner get_peft_model recorded)."""
-    if hasattr(model, "peft_config") and hasattr(model, "get_base_model"):
-        return model
-    ref = getattr(model, "_slimrl_peft_owner", None)
-    owner = ref() if ref is not None else None
-    if owner is None:
-        raise ValueError("This model has no LoRA adapter to save: call save_lora / save_method='lora' on the model "
-                         "FastLanguageModel.get_peft_model returned.")
-    return owner
+    return peft_owner(model, "This model has no LoRA adapter to save: call save_lora / save_method='lora' on the "
+                             "model FastLanguageModel.get_peft_model returned.")
 
 
 def _check_mergeable(model) -> None:
@@ -152,7 +153,7 @@ def push_to_hub_merged(model, repo_id: str, tokenizer=None, save_method: str = "
     with tempfile.TemporaryDirectory(prefix="slimrl-push-") as folder:
         save_pretrained_merged(model, folder, tokenizer, save_method=save_method, max_shard_size=max_shard_size,
                                safe_serialization=safe_serialization, dtype=dtype)
-        hub.write_model_card(folder, getattr(model, "_slimrl_model_name", None), "transformers")
+        hub.write_model_card(folder, _recorded(model, "model_name"), "transformers")
         return hub.upload_folder(folder, repo_id, token=token, private=private, commit_message=commit_message,
                                  commit_description=commit_description, create_pr=create_pr, revision=revision)
 
@@ -201,6 +202,6 @@ def push_to_hub_gguf(model, repo_id: str, tokenizer=None, quantization_method="f
     _drop_unsloth_kwargs("push_to_hub_gguf", unsloth_kwargs)
     with tempfile.TemporaryDirectory(prefix="slimrl-push-") as folder:
         save_pretrained_gguf(model, folder, tokenizer, quantization_method, gguf_pre_tokenizer=gguf_pre_tokenizer)
-        hub.write_model_card(folder, getattr(model, "_slimrl_model_name", None), "gguf")
+        hub.write_model_card(folder, _recorded(model, "model_name"), "gguf")
         return hub.upload_folder(folder, repo_id, token=token, private=private, commit_message=commit_message,
                                  commit_description=commit_description, create_pr=create_pr, revision=revision)

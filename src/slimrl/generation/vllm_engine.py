@@ -35,6 +35,7 @@ import warnings
 
 import torch
 
+from ..state import model_state, peft_owner
 from . import weights
 
 logger = logging.getLogger("slimrl")
@@ -114,7 +115,8 @@ class VLLMEngine:
         self.device_type = device_type
         self.weight_sync = resolve_weight_sync(weight_sync, device_type)
         self.max_lora_rank = max_lora_rank
-        self.dtype = getattr(model, "_slimrl_dtype", None) or next(model.parameters()).dtype
+        state = model_state(model, create=False)
+        self.dtype = (state.dtype if state is not None else None) or next(model.parameters()).dtype
         _in_process()
         if device_type == "cpu":
             _cpu_threads()
@@ -176,7 +178,7 @@ class VLLMEngine:
         self.wake()
         has_lora = weights.has_lora(model)
         if self.weight_sync == "lora" and has_lora:
-            peft_model = peft_owner(model)
+            peft_model = peft_owner(model, NO_PEFT_OWNER)
             self.check_rank(peft_model)
             if self.lora_request is not None:
                 self.llm.llm_engine.remove_lora(self.lora_request.lora_int_id)
@@ -245,17 +247,8 @@ def attach_engine(model, engine: VLLMEngine) -> None:
     model.fast_generate = fast_generate
 
 
-def peft_owner(model):
-    """The PeftModel holding `model`'s LoRA layers: `model` itself, or the one FastLanguageModel.get_peft_model
-    recorded on the transformers model (a weak reference: an attribute Module would become a submodule)."""
-    if hasattr(model, "peft_config") and hasattr(model, "get_base_model"):
-        return model
-    ref = getattr(model, "_slimrl_peft_owner", None)
-    owner = ref() if ref is not None else None
-    if owner is None:
-        raise RuntimeError("vllm_weight_sync='lora' needs the PeftModel to save the adapter: call fast_generate on "
-                           "the model FastLanguageModel.get_peft_model returned.")
-    return owner
+NO_PEFT_OWNER = ("vllm_weight_sync='lora' needs the PeftModel to save the adapter: call fast_generate on the model "
+                 "FastLanguageModel.get_peft_model returned.")
 
 
 def engine_of(model):

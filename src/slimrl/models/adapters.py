@@ -1,10 +1,10 @@
 """Adapters that travel: the base model an adapter names, and loading an adapter folder by its path.
 
 Choices:
-- `model._slimrl_model_name` records what the user asked `from_pretrained` for: a Hub id or folder as given, the
-  embedded model's short name ("smollm2-135m"), or a `.gguf` file as an absolute path (a relative one would only
-  resolve from the directory it was typed in). `model.config._name_or_path` is left alone: for the embedded model
-  it is slimrl's cache folder, which TRL reloads full fine-tuning references from.
+- The model's state (slimrl.state.ModelState.model_name) records what the user asked `from_pretrained` for: a Hub id
+  or folder as given, the embedded model's short name ("smollm2-135m"), or a `.gguf` file as an absolute path (a
+  relative one would only resolve from the directory it was typed in). `model.config._name_or_path` is left alone:
+  for the embedded model it is slimrl's cache folder, which TRL reloads full fine-tuning references from.
 - The adapter's `base_model_name_or_path` is set once, on the PEFT config, when get_peft_model wraps the model.
   Every way an adapter is written (`trainer.save_model`, `model.save_pretrained`, `save_lora`, TRL checkpoints,
   `push_to_hub`) serialises that config, so one assignment covers them all; peft only fills the field when empty.
@@ -26,6 +26,7 @@ import os
 import re
 import warnings
 
+from ..state import model_state, set_peft_owner
 from . import embedded
 
 logger = logging.getLogger("slimrl")
@@ -43,7 +44,8 @@ def requested_model_name(model_name) -> str:
 
 def set_base_model_name(peft_model, model) -> None:
     """Point every adapter config of `peft_model` at the model the user asked for (when slimrl loaded it)."""
-    name = getattr(model, "_slimrl_model_name", None)
+    state = model_state(model, create=False)
+    name = None if state is None else state.model_name
     if name is None:
         return
     for config in getattr(peft_model, "peft_config", {}).values():
@@ -83,15 +85,13 @@ def adapter_base_name(folder: str) -> str:
 
 def load_adapter_folder(folder: str, load_base):
     """(PeftModel, tokenizer): `load_base(base_name)` gives (model, tokenizer); the adapter goes on top, trainable."""
-    import weakref
-
     from peft import PeftModel
 
     base_name = adapter_base_name(folder)
     logger.info("slimrl: %s is an adapter; loading its base %s", folder, base_name)
     model, tokenizer = load_base(base_name)
     peft_model = PeftModel.from_pretrained(model, folder, is_trainable=True)
+    set_peft_owner(model, peft_model)
     if getattr(model, "vllm_engine", None) is not None:
         model.vllm_engine.check_rank(peft_model)
-        model._slimrl_peft_owner = weakref.ref(peft_model)
     return peft_model, tokenizer

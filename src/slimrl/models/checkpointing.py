@@ -1,6 +1,6 @@
 """Activation (gradient) checkpointing modes for slimrl models, pinned so TRL and transformers cannot change them.
 
-Modes, recorded on the transformers model as `model._slimrl_checkpointing` (readable through a PeftModel):
+Modes, recorded on the transformers model (slimrl.state.ModelState.checkpointing; reached through a PeftModel too):
   False      no checkpointing.
   True       non-reentrant `torch.utils.checkpoint` around every decoder layer (transformers' own mechanism).
   "offload"  the same, and the layer inputs that checkpointing keeps for the recompute are moved to host memory
@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from ..state import model_state, transformers_model
+
 logger = logging.getLogger("slimrl")
 
 MODES = (False, True, "offload")
@@ -53,11 +55,7 @@ def normalize_mode(value) -> bool | str:
     raise ValueError(f"use_gradient_checkpointing must be True, False, 'offload' or 'unsloth', not {value!r}")
 
 
-def base_transformers_model(model):
-    """The transformers model under a PeftModel (or the model itself)."""
-    if hasattr(model, "get_base_model"):
-        return model.get_base_model()
-    return model
+base_transformers_model = transformers_model  # the transformers model under a PeftModel (or the model itself)
 
 
 @dataclass
@@ -112,15 +110,15 @@ def _enable(base, mode, checkpoint_kwargs: dict | None = None, every_n_layers: i
     if not getattr(base, "supports_gradient_checkpointing", False):
         raise ValueError(f"{type(base).__name__} does not support gradient checkpointing")
     kwargs = _checkpoint_kwargs(checkpoint_kwargs)
+    state = model_state(base)
     if mode == "offload":
-        stats = base.__dict__.get("_slimrl_offload_stats")
-        if stats is None:
-            stats = base._slimrl_offload_stats = OffloadStats()
-        func = functools.partial(offloaded_checkpoint, stats, kwargs)
+        if state.offload_stats is None:
+            state.offload_stats = OffloadStats()
+        func = functools.partial(offloaded_checkpoint, state.offload_stats, kwargs)
     else:
         func = functools.partial(checkpoint, **kwargs)
     base._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=func, every_n_layers=every_n_layers)
-    base._slimrl_checkpoint_args = (checkpoint_kwargs, every_n_layers)  # reused when for_training switches it back on
+    state.checkpoint_args = (checkpoint_kwargs, every_n_layers)  # reused when for_training switches it back on
     _enable_input_grads_once(base)
 
 
@@ -132,18 +130,19 @@ def _disable(base) -> None:
 def _pinned_gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, every_n_layers=1, offload=False,
                                           **_ignored):
     """Instance override of `gradient_checkpointing_enable`: enables the model's slimrl mode, whatever was asked."""
-    mode = self.__dict__.get("_slimrl_checkpointing", False)
+    state = model_state(self)
+    mode = state.checkpointing or False
     if mode is False:
-        if not self.__dict__.get("_slimrl_warned_disabled"):
-            self._slimrl_warned_disabled = True
+        if "checkpointing disabled" not in state.warned:
+            state.warned.add("checkpointing disabled")
             logger.warning(
                 "Gradient checkpointing was requested (e.g. the trainer's `gradient_checkpointing=True`) but the model "
                 "was set up with use_gradient_checkpointing=False; keeping it off. Set "
                 "`gradient_checkpointing=False` in the trainer config to silence this."
             )
         return
-    if offload and mode != "offload" and not self.__dict__.get("_slimrl_warned_offload"):
-        self._slimrl_warned_offload = True
+    if offload and mode != "offload" and "offload not configured" not in state.warned:
+        state.warned.add("offload not configured")
         logger.warning(
             "`activation_checkpointing_kwargs['offload']=True` was asked but the model was set up with "
             "use_gradient_checkpointing=%r; keeping %r (use use_gradient_checkpointing='offload').", mode, mode,
@@ -161,12 +160,12 @@ def _install_guard(base) -> None:
 def apply_checkpointing(model, mode, checkpoint_kwargs: dict | None = None, every_n_layers: int = 1):
     """Configure and switch on checkpointing `mode` (False | True | "offload" | "unsloth") on `model`.
 
-    Works on a transformers model or a PeftModel (the mode is stored on the transformers model). Records
-    `_slimrl_checkpointing` and pins the mode against later enables from Trainer/TRL. Idempotent; returns `model`.
+    Works on a transformers model or a PeftModel (the mode is stored on the transformers model's ModelState) and pins
+    the mode against later enables from Trainer/TRL. Idempotent; returns `model`.
     """
     mode = normalize_mode(mode)
     base = base_transformers_model(model)
-    base._slimrl_checkpointing = mode
+    model_state(base).checkpointing = mode
     _install_guard(base)
     if mode is False:
         _disable(base)
@@ -177,7 +176,8 @@ def apply_checkpointing(model, mode, checkpoint_kwargs: dict | None = None, ever
 
 def checkpointing_mode(model):
     """The configured slimrl mode (False | True | "offload"), or None if slimrl never configured one."""
-    return base_transformers_model(model).__dict__.get("_slimrl_checkpointing")
+    state = model_state(model, create=False)
+    return None if state is None else state.checkpointing
 
 
 def is_checkpointing_active(model) -> bool:
@@ -188,9 +188,10 @@ def is_checkpointing_active(model) -> bool:
 def set_checkpointing_active(model, active: bool) -> None:
     """Switch checkpointing on (in the configured mode) or off without changing the configured mode."""
     base = base_transformers_model(model)
-    mode = base.__dict__.get("_slimrl_checkpointing")
+    state = model_state(base, create=False)
+    mode = None if state is None else state.checkpointing
     if active and mode:
-        checkpoint_kwargs, every_n_layers = base.__dict__.get("_slimrl_checkpoint_args", (None, 1))
+        checkpoint_kwargs, every_n_layers = state.checkpoint_args
         _enable(base, mode, checkpoint_kwargs, every_n_layers)
     elif not active:
         _disable(base)

@@ -1,16 +1,13 @@
 """FastLanguageModel: the Unsloth-compatible entry point (from_pretrained, get_peft_model, for_inference/training).
 
 The class only holds static methods; the work lives in loading.py, embedded.py, quantization.py, lora.py,
-checkpointing.py and modes.py (slimrl.generation for fast_inference). Attributes other slimrl modules rely on
-(all readable through a PeftModel, whose `__getattr__` forwards to the transformers model):
+checkpointing.py and modes.py (slimrl.generation for fast_inference). Public attributes on the model (readable
+through a PeftModel, whose `__getattr__` forwards to the transformers model):
   model.max_seq_length          the max_seq_length given to from_pretrained (or get_peft_model)
-  model._slimrl_tokenizer       the tokenizer from_pretrained returned (padding side switched by the mode calls)
-  model._slimrl_dtype           the dtype chosen at load time
-  model._slimrl_model_name      what from_pretrained was asked for (an adapter's base_model_name_or_path)
-  model._slimrl_checkpointing   False | True | "offload" once configured (get_peft_model or
-                                from_pretrained(use_gradient_checkpointing=...)); absent otherwise
   model.vllm_engine             with fast_inference=True: the slimrl.generation.vllm_engine.VLLMEngine
   model.fast_generate           with fast_inference=True: generation on that engine with the current weights
+Everything else slimrl keeps about the model (tokenizer, dtype, requested name, checkpointing mode, chunk knob, PEFT
+owner) is in its slimrl.state.ModelState.
 Methods set on the model and the PeftModel (slimrl.export): save_pretrained_merged, push_to_hub_merged,
 save_pretrained_gguf, push_to_hub_gguf, save_lora, load_lora.
 """

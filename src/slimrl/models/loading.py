@@ -17,6 +17,7 @@ Choices:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -26,6 +27,7 @@ import warnings
 
 import torch
 
+from ..state import model_state
 from . import adapters, embedded, quantization
 
 logger = logging.getLogger("slimrl")
@@ -155,6 +157,31 @@ def _from_pretrained(path: str, dtype: torch.dtype, load_in_4bit: bool, device_t
     return model, tokenizer
 
 
+@contextlib.contextmanager
+def _weights_source(name: str, load_in_4bit: bool, local_folder: bool, hf_kwargs: dict):
+    """The path transformers loads from: the embedded model's cached folder, a GGUF's folder (cached for a local
+    folder, temporary for 4-bit, else the file itself through `gguf_file=`, set in hf_kwargs), or `name` as given."""
+    if embedded.is_embedded_name(name) and not os.path.exists(name):
+        yield embedded.embedded_model_path()
+    elif not name.lower().endswith(".gguf"):
+        yield name
+    elif not os.path.isfile(name):
+        raise FileNotFoundError(f"GGUF file not found: {name}")
+    elif load_in_4bit:
+        logger.info("GGUF + load_in_4bit: dequantizing %s, then quantizing to NF4", name)
+        temp_folder = tempfile.mkdtemp(prefix="slimrl-gguf-")
+        try:
+            embedded.convert_gguf_to_folder(name, temp_folder)
+            yield temp_folder
+        finally:
+            shutil.rmtree(temp_folder, ignore_errors=True)
+    elif local_folder:
+        yield embedded.gguf_cached_folder(name)
+    else:
+        path, hf_kwargs["gguf_file"] = os.path.split(os.path.abspath(name))
+        yield path
+
+
 def load_model_and_tokenizer(model_name, max_seq_length: int = 2048, dtype=None, load_in_4bit: bool = False,
                              local_folder: bool = False, **kwargs):
     """Load (model, tokenizer) with slimrl's conventions; returns them plus the slimrl-only options.
@@ -171,30 +198,9 @@ def load_model_and_tokenizer(model_name, max_seq_length: int = 2048, dtype=None,
                 " with 4-bit NF4 weights" if load_in_4bit else "")
 
     start = time.perf_counter()
-    name = os.fspath(model_name)
-    temp_folder = None
-    try:
-        if embedded.is_embedded_name(name) and not os.path.exists(name):
-            path = embedded.embedded_model_path()
-        elif name.lower().endswith(".gguf"):
-            if not os.path.isfile(name):
-                raise FileNotFoundError(f"GGUF file not found: {name}")
-            if local_folder and not load_in_4bit:
-                path = embedded.gguf_cached_folder(name)
-            elif load_in_4bit:
-                logger.info("GGUF + load_in_4bit: dequantizing %s, then quantizing to NF4", name)
-                temp_folder = tempfile.mkdtemp(prefix="slimrl-gguf-")
-                embedded.convert_gguf_to_folder(name, temp_folder)
-                path = temp_folder
-            else:
-                path, hf_kwargs["gguf_file"] = os.path.split(os.path.abspath(name))
-        else:
-            path = name
+    with _weights_source(os.fspath(model_name), load_in_4bit, local_folder, hf_kwargs) as path:
         model, tokenizer = _from_pretrained(path, chosen, load_in_4bit, device_type, hf_kwargs)
         options["source_path"] = path
-    finally:
-        if temp_folder is not None:
-            shutil.rmtree(temp_folder, ignore_errors=True)
 
     if load_in_4bit and device_type == "cpu":
         count = quantization.disable_cpu_repacking(model)
@@ -206,8 +212,7 @@ def load_model_and_tokenizer(model_name, max_seq_length: int = 2048, dtype=None,
         logger.warning("max_seq_length=%d exceeds the model's max_position_embeddings=%d; quality beyond %d tokens "
                        "is not guaranteed", max_seq_length, max_positions, max_positions)
     model.max_seq_length = max_seq_length
-    model._slimrl_tokenizer = tokenizer
-    model._slimrl_dtype = chosen
-    model._slimrl_model_name = adapters.requested_model_name(model_name)
+    state = model_state(model)
+    state.tokenizer, state.dtype, state.model_name = tokenizer, chosen, adapters.requested_model_name(model_name)
     logger.info("slimrl: loaded in %.2f s", time.perf_counter() - start)
     return model, tokenizer, options

@@ -20,6 +20,7 @@ import warnings
 import torch
 from torch import nn
 
+from ..state import set_peft_owner
 from . import adapters, checkpointing
 
 logger = logging.getLogger("slimrl")
@@ -100,12 +101,10 @@ def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16
         peft_model = peft_get_peft_model(model, config)
     adapters.set_base_model_name(peft_model, model)  # the adapter names what the user loaded, not a cache folder
     attach_export_methods(peft_model)
+    # fast_generate and the export methods live on the transformers model too; they save the adapter through its owner
+    set_peft_owner(model, peft_model)
     if getattr(model, "vllm_engine", None) is not None:
-        import weakref
-
         model.vllm_engine.check_rank(peft_model)  # now, not at the first rollout
-        # fast_generate lives on the transformers model; in "lora" hand-over it saves the adapter through its owner
-        model._slimrl_peft_owner = weakref.ref(peft_model)
     logger.info("slimrl: LoRA r=%d alpha=%s on %s; trainable %d of %d parameters", r, lora_alpha, target_modules,
                 *_parameter_counts(peft_model))
     return checkpointing.apply_checkpointing(peft_model, mode)

@@ -7,13 +7,14 @@
 Choices:
 - The patched trainers call these around every rollout, so they are cheap (a walk over modules, no reallocation)
   and idempotent, and for_training after for_inference gives back exactly the training state.
-- The configured checkpointing mode (`_slimrl_checkpointing`) is never changed here, only switched on and off;
+- The configured checkpointing mode (ModelState.checkpointing) is never changed here, only switched on and off;
   with no configured mode the model's current checkpointing flags are left as they are.
-- The tokenizer is the one from_pretrained attached (`model._slimrl_tokenizer`); none attached: nothing to do.
+- The tokenizer is the one from_pretrained attached (ModelState.tokenizer); none attached: nothing to do.
 """
 
 from __future__ import annotations
 
+from ..state import model_state
 from . import checkpointing
 
 
@@ -28,7 +29,8 @@ def _configs(model):
 
 
 def attached_tokenizer(model):
-    return getattr(checkpointing.base_transformers_model(model), "_slimrl_tokenizer", None)
+    state = model_state(model, create=False)
+    return None if state is None else state.tokenizer
 
 
 def _switch(model, training: bool):

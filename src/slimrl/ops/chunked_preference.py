@@ -37,43 +37,32 @@ from typing import NamedTuple
 
 import torch
 
-from .lean_logprob import LeanLogProbFunction, _project, _transform_, chunk_bounds, resolve_num_chunks
+from .chunking import AUTO_CHUNKS, chunk_bounds, num_chunks_of, resolve_num_chunks
+from .lean_logprob import ChunkProjector, LeanLogProbFunction, transform_logits_
+from .logprob import logit_postprocessing
 
 IGNORE = -100
 
 
-def _compute_dtype(hidden: torch.Tensor) -> torch.dtype:
-    device_type = hidden.device.type
-    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else hidden.dtype
-
-
 @torch.no_grad()
-def vocab_mean_logits(hidden, weight, bias, softcap=None, logit_scale=1.0, num_chunks=-1) -> torch.Tensor:
+def vocab_mean_logits(hidden, weight, bias, softcap=None, logit_scale=1.0, num_chunks=AUTO_CHUNKS) -> torch.Tensor:
     """fp32 [N]: mean over the vocabulary of the transformed logits of each row of `hidden` [N, H], in row chunks."""
     N, V = hidden.shape[0], weight.shape[0]
     out = torch.empty(N, device=hidden.device, dtype=torch.float32)
     if N == 0:
         return out
-    compute_dtype = _compute_dtype(hidden)
-    bounds = chunk_bounds(N, resolve_num_chunks(N, V, num_chunks, buffers=1))
-    rows = max(end - start for start, end in bounds)
-    buf = torch.empty((rows, V), device=hidden.device, dtype=torch.float32)
-    low = None if compute_dtype == torch.float32 else torch.empty((rows, V), device=hidden.device, dtype=compute_dtype)
-    w, b = weight.to(compute_dtype), None if bias is None else bias.to(compute_dtype)
+    projector = ChunkProjector(hidden, weight, bias, chunk_bounds(N, resolve_num_chunks(N, V, num_chunks, buffers=1)))
     with torch.autocast(hidden.device.type, enabled=False):
-        for start, end in bounds:
-            z = buf[: end - start]
-            _project(z, None if low is None else low[: end - start], hidden[start:end].to(compute_dtype), w, b,
-                     compute_dtype)
-            torch.sum(_transform_(z, logit_scale, softcap, 1.0), dim=1, out=out[start:end])
+        for start, end, z in projector:
+            torch.sum(transform_logits_(z, logit_scale, softcap, 1.0), dim=1, out=out[start:end])
     return out.div_(V)
 
 
-def token_stats(hidden, weight, bias, targets, softcap=None, logit_scale=1.0, num_chunks=-1):
+def token_stats(hidden, weight, bias, targets, softcap=None, logit_scale=1.0, num_chunks=AUTO_CHUNKS):
     """Per row of `hidden` [N, H]: `(log_probs [N], mean_logits [N])`.
 
     log_probs[n] = z[n, targets[n]] - logsumexp(z[n]) with gradient (0 where targets[n] == -100);
-    mean_logits[n] = mean_v z[n, v], fp32, no gradient. `num_chunks`: -1 = auto (lean_logprob's byte budget).
+    mean_logits[n] = mean_v z[n, v], fp32, no gradient. `num_chunks`: the knob (slimrl.ops.chunking).
     """
     scored = targets != IGNORE
     V = weight.shape[0]
@@ -106,7 +95,8 @@ def _shift(labels: torch.Tensor) -> torch.Tensor:
 
 
 def preference_stats(hidden, weight, bias, labels, *, num_chosen: int, average_log_prob: bool, nll_labels=None,
-                     logits_drop_last: bool = False, softcap=None, logit_scale=1.0, num_chunks=-1) -> PreferenceStats:
+                     logits_drop_last: bool = False, softcap=None, logit_scale=1.0,
+                     num_chunks=AUTO_CHUNKS) -> PreferenceStats:
     """Stock's per-sequence log-probs, chosen NLL and mean-logits metrics from `hidden` [R, T, H] (decoder-only).
 
     labels [R, T]: the log-prob labels (-100 = ignored), unshifted as in TRL. nll_labels [R, T] or None: the NLL
@@ -161,7 +151,7 @@ def transformed_probe_matches(probe: torch.Tensor, returned: torch.Tensor, softc
     """Does the model's post-processing of the head output (`returned`) equal slimrl's transform of `probe`?"""
     if returned.shape != probe.shape:
         return False
-    expected = _transform_(probe.detach().float().clone(), logit_scale, softcap, 1.0)
+    expected = transform_logits_(probe.detach().float().clone(), logit_scale, softcap, 1.0)
     low = probe.dtype != torch.float32 or returned.dtype != torch.float32
     tol = 2e-2 if low else 1e-5
     return bool(torch.allclose(returned.detach().float(), expected, rtol=tol, atol=tol))
@@ -207,12 +197,8 @@ def lean_policy_forward(model, lm_head, causal_lm, input_ids, attention_mask, mo
     swapped for `preference_stats(hidden, ..., **stats_kwargs)`. Returns `(outputs, stats)`; `outputs.logits` is the
     4-column probe, in the dtype stock's logits would have had.
     """
-    from .logprob import NUM_CHUNKS_ATTR, _logit_scale_of
-
-    text_config = causal_lm.config.get_text_config()
-    softcap = getattr(text_config, "final_logit_softcapping", None)
-    logit_scale = _logit_scale_of(text_config)
-    num_chunks = getattr(causal_lm, NUM_CHUNKS_ATTR, -1)
+    softcap, logit_scale = logit_postprocessing(causal_lm.config.get_text_config())
+    num_chunks = num_chunks_of(causal_lm)
     weight, bias = lm_head.weight, lm_head.bias
     box = {}
 

@@ -4,17 +4,16 @@
 `FusedCausalLMOutput` fields, zeros at label -100, the loss formula, `shift_labels`, `num_items_in_batch`,
 softcapping / logit-scale config lookups, the MoE aux loss). Only memory and time differ:
 
-* Every device scores only `label != -100` positions ("compact"); stock TRL does that only on CUDA/XPU with Triton
-  and scores prompt and padding positions too everywhere else. Outputs are scattered back with `masked_scatter`, so
-  they stay connected to the graph even when every label is -100.
-* Devices with Triton (CUDA/XPU) keep TRL's `ChunkedLogProbFunction` (its Triton fold is good); other devices use
-  `slimrl.ops.lean_logprob.LeanLogProbFunction` (row chunks, in-place fold, entropy backward skipped when unused).
-* Chunking knob, read at CALL time from the model the head was installed on (the base model under PEFT):
-  `model._slimrl_num_chunks` (-1 = auto from `lean_logprob.AUTO_BUDGET_BYTES`; N >= 1 = split the scored tokens
-  into N chunks, Unsloth's `unsloth_num_chunks` semantics). On Triton devices N >= 1 runs TRL's kernel once per chunk.
-
+1. Every device scores only `label != -100` positions ("compact"); stock TRL does that only on CUDA/XPU with Triton
+   and scores prompt and padding positions too everywhere else. Outputs are scattered back with `masked_scatter`, so
+   they stay connected to the graph even when every label is -100.
+2. Devices with Triton (CUDA/XPU) keep TRL's `ChunkedLogProbFunction` (its Triton fold is good); other devices use
+   `slimrl.ops.lean_logprob.LeanLogProbFunction` (row chunks, in-place fold, entropy backward skipped when unused).
+3. The chunking knob (slimrl.ops.chunking) is read at CALL time from the model the head was installed on (the base
+   model under PEFT); on Triton devices N >= 1 chunks run TRL's kernel once per chunk.
 The non-fused path is the original forward; `functools.wraps(type(model).forward)` keeps the signature `generate`
-validates kwargs against. TRL's helpers (config lookups aside, which are copied for the same result) are imported.
+validates kwargs against. TRL's private helpers this module uses are listed in TRL_SYMBOLS, which the registry checks
+at patch time like any other seam.
 """
 
 from __future__ import annotations
@@ -27,13 +26,21 @@ import torch
 import transformers
 from packaging.version import Version
 
-from .lean_logprob import LeanLogProbFunction, chunk_bounds, resolve_num_chunks
+from .chunking import chunk_bounds, num_chunks_of, resolve_num_chunks
+from .lean_logprob import LeanLogProbFunction
 
-NUM_CHUNKS_ATTR = "_slimrl_num_chunks"
+# TRL names read here, (module, name, leading parameters or None): checked by the registry with the head's patch
+TRL_SYMBOLS = (
+    ("trl.kernels.chunked_logprob", "ChunkedLogProbFunction", None),
+    ("trl.kernels.chunked_logprob", "_use_triton", ("device",)),
+    ("trl.trainer.utils", "_CHUNKED_LOGPROB_CHUNK_SIZE", None),
+    ("trl.trainer.utils", "FusedCausalLMOutput", None),
+    ("trl.trainer.utils", "maybe_gather_lm_head_ctx", None),
+)
 
 
-def _logit_scale_of(text_config) -> float:
-    # Same lookups, same order as TRL 1.16's `add_fused_lm_head`
+def logit_postprocessing(text_config) -> tuple[float | None, float]:
+    """(final-logit softcap, logit scale) a model applies after its LM head, looked up as TRL 1.16 does."""
     logit_scale = getattr(text_config, "logit_scale", None)
     if logit_scale is None:
         logit_scale = getattr(text_config, "output_multiplier", None)
@@ -42,7 +49,8 @@ def _logit_scale_of(text_config) -> float:
     if logit_scale is None and getattr(text_config, "logits_scaling", None) is not None:
         logits_scaling = text_config.logits_scaling
         logit_scale = logits_scaling if text_config.model_type == "hyperclovax" else 1 / logits_scaling
-    return 1.0 if logit_scale is None else logit_scale
+    softcap = getattr(text_config, "final_logit_softcapping", None)
+    return softcap, 1.0 if logit_scale is None else logit_scale
 
 
 def fused_logprobs(hidden, weight, bias, targets, temperature, softcap, logit_scale, outputs, num_chunks=-1):
@@ -65,97 +73,92 @@ def fused_logprobs(hidden, weight, bias, targets, temperature, softcap, logit_sc
     return LeanLogProbFunction.apply(hidden, weight, bias, targets, temperature, chunks, softcap, logit_scale, outputs)
 
 
+def _passthrough_kwargs(kwargs: dict, labels, shift_labels, num_items_in_batch) -> dict:
+    """The original forward's keyword arguments when the fused head is not asked for."""
+    extra = (("labels", labels), ("shift_labels", shift_labels), ("num_items_in_batch", num_items_in_batch))
+    return {**kwargs, **{name: value for name, value in extra if value is not None}}
+
+
+def _head_weights(lm_head):
+    """The LM head's weight and bias as plain tensors (an FSDP2 DTensor is gathered once, as TRL does)."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch without distributed
+        return lm_head.weight, lm_head.bias
+    weight, bias = lm_head.weight, lm_head.bias
+    if isinstance(weight, DTensor):
+        weight = weight.full_tensor()
+        bias = bias.full_tensor() if bias is not None else None
+    return weight, bias
+
+
+def _moe_aux_loss(model, text_config, backbone_outputs, attention_mask):
+    """The MoE load-balancing loss TRL adds (Mixtral's function, which every MoE family pulls in)."""
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    if text_config.model_type == "gpt_oss" and Version(transformers.__version__) < Version("5.6.0"):
+        num_experts = model.num_experts  # GptOssConfig has no num_experts before transformers 5.6 (TRL #5754)
+    else:
+        num_experts = text_config.num_experts
+    return load_balancing_loss_func(backbone_outputs.router_logits, num_experts, text_config.num_experts_per_tok,
+                                    attention_mask)
+
+
+def _scored_outputs(model, hidden_states, labels, temperature, cast_lm_head_to_fp32, outputs, softcap, logit_scale):
+    """(per-token output tuple, label mask) for the positions whose label is not -100."""
+    from trl.trainer.utils import maybe_gather_lm_head_ctx
+
+    lm_head = model.get_output_embeddings()
+    hidden_states = hidden_states.to(lm_head.weight.device)
+    labels = labels.to(lm_head.weight.device)
+    mask = labels != -100
+    autocast_ctx = nullcontext()
+    if cast_lm_head_to_fp32:
+        hidden_states = hidden_states.float()
+        autocast_ctx = torch.autocast(hidden_states.device.type, enabled=False)
+    weight, bias = _head_weights(lm_head)
+    with autocast_ctx, maybe_gather_lm_head_ctx(weight, bias):
+        per_token = fused_logprobs(hidden_states[mask], weight, bias, labels[mask], temperature, softcap,
+                                   logit_scale, outputs, num_chunks=num_chunks_of(model))
+    # `masked_scatter` keeps the outputs connected to the model even when no label is valid (as TRL does)
+    return tuple(None if x is None else x.new_zeros(mask.shape).masked_scatter(mask, x) for x in per_token), mask
+
+
 def add_fused_lm_head(model, temperature: float = 1.0, cast_lm_head_to_fp32: bool = False,
                       outputs: tuple[str, ...] = ("log_probs",)) -> None:
     """Patch `model.forward` so `model(..., labels=labels, fused_lm_head=True)` returns a `FusedCausalLMOutput`.
 
     Same contract as `trl.trainer.utils.add_fused_lm_head`; see the module docstring for what differs (memory/time).
     """
-    from trl.trainer.utils import FusedCausalLMOutput, maybe_gather_lm_head_ctx
-
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover - torch without distributed
-        DTensor = ()
+    from trl.trainer.utils import FusedCausalLMOutput
 
     original_forward = model.forward
     text_config = model.config.get_text_config()
-    final_logit_softcapping = getattr(text_config, "final_logit_softcapping", None)
-    logit_scale = _logit_scale_of(text_config)
-    backbone_attr = "base_model"
-    if text_config is not model.config and Version(transformers.__version__) < Version("5.0.0"):
-        backbone_attr = "model"
+    softcap, logit_scale = logit_postprocessing(text_config)
 
     @functools.wraps(type(model).forward)
     def _fused_forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None,
                        **kwargs):
         if not fused_lm_head:
-            if labels is not None:
-                kwargs["labels"] = labels
-            if shift_labels is not None:
-                kwargs["shift_labels"] = shift_labels
-            if num_items_in_batch is not None:
-                kwargs["num_items_in_batch"] = num_items_in_batch
-            return original_forward(*args, **kwargs)
-
+            return original_forward(*args, **_passthrough_kwargs(kwargs, labels, shift_labels, num_items_in_batch))
         kwargs["use_cache"] = False
         if getattr(text_config, "output_router_logits", False):
             kwargs.setdefault("output_router_logits", True)
-        backbone_outputs = getattr(self, backbone_attr)(*args, **kwargs)
+        backbone_outputs = self.base_model(*args, **kwargs)
+        hidden_states = backbone_outputs.last_hidden_state
         if shift_labels is None:
-            hidden_states = backbone_outputs.last_hidden_state[:, :-1]
-            labels = labels[:, 1:]
+            hidden_states, labels = hidden_states[:, :-1], labels[:, 1:]
         else:
-            hidden_states = backbone_outputs.last_hidden_state
             labels = shift_labels
-        lm_head = self.get_output_embeddings()
-        hidden_states = hidden_states.to(lm_head.weight.device)
-        labels = labels.to(lm_head.weight.device)
-        mask = labels != -100
-        autocast_ctx = nullcontext()
-        if cast_lm_head_to_fp32:
-            hidden_states = hidden_states.float()
-            autocast_ctx = torch.autocast(hidden_states.device.type, enabled=False)
-
-        weight, bias = lm_head.weight, lm_head.bias
-        if DTensor and isinstance(weight, DTensor):
-            weight = weight.full_tensor()
-            if bias is not None:
-                bias = bias.full_tensor()
-        num_chunks = getattr(self, NUM_CHUNKS_ATTR, -1)
-        with autocast_ctx, maybe_gather_lm_head_ctx(weight, bias):
-            per_token = fused_logprobs(hidden_states[mask], weight, bias, labels[mask], temperature,
-                                       final_logit_softcapping, logit_scale, outputs, num_chunks=num_chunks)
-        # `masked_scatter` keeps the outputs connected to the model even when no label is valid (as TRL does)
-        log_probs, entropy, log_sum_sq_probs, mean_logits, is_top1 = (
-            None if x is None else x.new_zeros(mask.shape).masked_scatter(mask, x) for x in per_token
-        )
+        per_token, mask = _scored_outputs(self, hidden_states, labels, temperature, cast_lm_head_to_fp32, outputs,
+                                          softcap, logit_scale)
+        log_probs, entropy, log_sum_sq_probs, mean_logits, is_top1 = per_token
         loss = -log_probs.sum() / (mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch)
-
         aux_loss = None
         if kwargs.get("output_router_logits"):
-            from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
-
-            if Version(transformers.__version__) < Version("5.0.0"):
-                num_experts, num_experts_per_tok = self.num_experts, self.num_experts_per_tok
-            elif text_config.model_type == "gpt_oss" and Version(transformers.__version__) < Version("5.6.0"):
-                num_experts, num_experts_per_tok = self.num_experts, text_config.num_experts_per_tok
-            else:
-                num_experts, num_experts_per_tok = text_config.num_experts, text_config.num_experts_per_tok
-            aux_loss = load_balancing_loss_func(
-                backbone_outputs.router_logits, num_experts, num_experts_per_tok, kwargs.get("attention_mask")
-            )
+            aux_loss = _moe_aux_loss(self, text_config, backbone_outputs, kwargs.get("attention_mask"))
             loss = loss + getattr(text_config, "router_aux_loss_coef", 0.0) * aux_loss
-
         return FusedCausalLMOutput(loss=loss, log_probs=log_probs, entropy=entropy, log_sum_sq_probs=log_sum_sq_probs,
                                    mean_logits=mean_logits, is_top1=is_top1, label_mask=mask, aux_loss=aux_loss)
 
     model.forward = types.MethodType(_fused_forward, model)
-
-
-def set_num_chunks(model, num_chunks: int) -> None:
-    """Set the chunking knob on `model` (the base model under PEFT): -1 = auto, N >= 1 = N chunks."""
-    if not isinstance(num_chunks, int) or (num_chunks < 1 and num_chunks != -1):
-        raise ValueError(f"slimrl_num_chunks must be -1 (auto) or an integer >= 1, got {num_chunks!r}")
-    target = model.get_base_model() if hasattr(model, "get_base_model") else model
-    setattr(target, NUM_CHUNKS_ATTR, num_chunks)

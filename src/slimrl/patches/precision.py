@@ -18,9 +18,9 @@ import logging
 
 import torch
 
-logger = logging.getLogger("slimrl")
+from ..state import config_state
 
-AUTO_ATTR = "_slimrl_auto_precision"
+logger = logging.getLogger("slimrl")
 
 
 def _cuda_bf16() -> bool:
@@ -31,10 +31,11 @@ def resolve_config_precision(args) -> None:
     """Called before TRL's `__post_init__`: fill an unset bf16 so the config builds on this device."""
     user_bf16, user_fp16 = args.bf16, bool(args.fp16)
     on_cpu = bool(getattr(args, "use_cpu", False)) or not torch.cuda.is_available()
-    setattr(args, AUTO_ATTR, False)
+    state = config_state(args)
+    state.auto_precision = False
     if user_bf16 is None and not user_fp16:
         if not _cuda_bf16() and not getattr(args, "use_cpu", False):
-            setattr(args, AUTO_ATTR, True)
+            state.auto_precision = True
             args.bf16 = False
         return
     if user_bf16 and user_fp16:
@@ -71,7 +72,7 @@ def model_dtype(model) -> torch.dtype:
 def resolve_trainer_precision(args, model) -> None:
     """Called before the trainer builds its Accelerator: check explicit flags against the weights, resolve auto ones."""
     dtype = model_dtype(model)
-    if not getattr(args, AUTO_ATTR, False):
+    if not config_state(args).auto_precision:
         if args.fp16 and dtype == torch.bfloat16:
             raise ValueError(
                 "fp16=True but the model's weights are bfloat16: set bf16=True and fp16=False, or load the model "

@@ -1,13 +1,9 @@
-"""RLOO: TRL's RLOOTrainer, patched like GRPO (same seams: fused log-prob head, rollouts, config, training step).
+"""RLOO: TRL's RLOOTrainer, patched like GRPO (same seams: log-prob head, rollouts, config, set-up, training step).
 
-RLOO computes the old-policy log-probs with an extra no-grad forward and applies the KL as a reward penalty; both go
-through the same patched head, so their numbers are TRL's.
+Patched (online.py): as GRPO. TRL's own: the extra no-grad old-policy forward and the KL reward penalty (both go
+through the patched head, so their numbers are TRL's), the leave-one-out baseline, the loss, metrics.
 """
 
-from .registry import register
-from .rl_common import rl_trainer_patches
+from .online import online_patches
 
-for _patch in rl_trainer_patches(
-    "rloo", "trl.trainer.rloo_trainer", "RLOOTrainer", "trl.trainer.rloo_config", "RLOOConfig"
-):
-    register(_patch)
+PATCHES = online_patches("trl.trainer.rloo_trainer", "RLOOTrainer", "trl.trainer.rloo_config", "RLOOConfig")

@@ -28,6 +28,7 @@ import logging
 import warnings
 
 from ..generation.vllm_engine import engine_of, warn_unused
+from ..state import config_state, user_fields
 
 logger = logging.getLogger("slimrl")
 
@@ -72,7 +73,7 @@ def apply_sampling_params(args) -> dict:
     """Check `args.vllm_sampling_params` against the config and copy the shared fields into it; returns the
     overrides for vLLM (without `seed`, applied per request)."""
     overrides = sampling_overrides(getattr(args, "vllm_sampling_params", None))
-    user_fields = getattr(args, "_slimrl_user_fields", frozenset())
+    given = user_fields(args)
     for field, why in _REFUSED_FIELDS.items():
         if field in overrides and not (field == "n" and overrides[field] == 1):
             raise ValueError(f"vllm_sampling_params.{field}={overrides[field]!r} is not accepted: {why}.")
@@ -83,7 +84,7 @@ def apply_sampling_params(args) -> dict:
         value, current = overrides[field], getattr(args, config_field)
         if _same(field, value, current):
             continue
-        if config_field in user_fields:
+        if config_field in given:
             raise ValueError(f"vllm_sampling_params.{field}={value!r} and {type(args).__name__}.{config_field}="
                              f"{current!r} disagree; the loss uses the config's value: set one of them.")
         value = 0 if field == "top_k" and value == -1 else value
@@ -111,14 +112,14 @@ def engine_rollouts(model, args):
 def _prepare_config(model, args) -> None:
     """Before TRL's __init__: use the engine when there is one (use_vllm), and say what does not apply."""
     engine = engine_of(model)
-    user_fields = getattr(args, "_slimrl_user_fields", frozenset())
+    given = user_fields(args)
     if engine is None:
         if getattr(args, "vllm_sampling_params", None) is not None and not args.use_vllm:
             warnings.warn("vllm_sampling_params is set but use_vllm=False: it has no effect.", UserWarning,
                           stacklevel=4)
         return
     if not args.use_vllm:
-        if "use_vllm" in user_fields:
+        if "use_vllm" in given:
             warn_unused("use_vllm", False)
             return
         logger.info("slimrl: use_vllm=True, since the model has a vLLM engine (fast_inference=True)")
@@ -127,13 +128,14 @@ def _prepare_config(model, args) -> None:
         warn_unused("vllm_mode", args.vllm_mode)
         return
     for field in _ENGINE_FIELDS:
-        if field in user_fields:
+        if field in given:
             warnings.warn(f"{field} configures TRL's own vLLM engine; the model's engine was built by "
                           "FastLanguageModel.from_pretrained (set gpu_memory_utilization / vllm_engine_kwargs there).",
                           UserWarning, stacklevel=4)
-    args._slimrl_sampling_overrides = apply_sampling_params(args)
+    state = config_state(args)
+    state.sampling_overrides = apply_sampling_params(args)
     # TRL's default (False) leaves the choice to slimrl: sleep between rollouts; an explicit False keeps it awake
-    args._slimrl_sleep = args.vllm_enable_sleep_mode or "vllm_enable_sleep_mode" not in user_fields
+    state.sleep_between_rollouts = args.vllm_enable_sleep_mode or "vllm_enable_sleep_mode" not in given
 
 
 class _EngineLLM:
@@ -189,9 +191,9 @@ def make_vllm_generation(original):
         engine = engine_of(model) if model is not None else None
         if engine is None or kwargs.get("mode", "colocate") != "colocate":
             return original(*args, model=model, **kwargs)
-        config = _TRAINER_ARGS.get()
-        return EngineVLLMGeneration(engine, getattr(config, "_slimrl_sleep", True),
-                                    getattr(config, "_slimrl_sampling_overrides", {}), model=model, **kwargs)
+        state = config_state(_TRAINER_ARGS.get(), create=False)
+        sleep, overrides = (True, {}) if state is None else (state.sleep_between_rollouts, state.sampling_overrides)
+        return EngineVLLMGeneration(engine, sleep, overrides, model=model, **kwargs)
 
     VLLMGeneration.engine_class = EngineVLLMGeneration
     return VLLMGeneration

@@ -7,8 +7,8 @@ free text for `slimrl generate`. Built-ins are registered in `BUILTIN_TASKS`; ev
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .rewards import completion_text, correctness_reward, format_reward, parse_answer
 

@@ -84,7 +84,8 @@ def check_options(max_operand: int, operations: str, num_examples: int) -> None:
     if not operations or set(operations) - set("+-"):
         raise ValueError(f"operations must be made of '+' and '-', got {operations!r}")
     if not isinstance(num_examples, int) or num_examples < 1:
-        raise ValueError(f"num_examples must be >= 1 (with none, SmolLM2-135M never uses the format), got {num_examples!r}")
+        raise ValueError(f"num_examples must be >= 1 (with none, SmolLM2-135M never uses the format), "
+                         f"got {num_examples!r}")
 
 
 def arithmetic_splits(num_train_samples: int = 1000, num_eval_samples: int = 64, seed: int = 42,
@@ -98,9 +99,9 @@ def arithmetic_splits(num_train_samples: int = 1000, num_eval_samples: int = 64,
     check_options(max_operand, operations, num_examples)
     problems = problem_space(max_operand, operations)
     if num_eval_samples > len(problems) // 2:
-        raise ValueError(f"num_eval_samples={num_eval_samples} is more than half of the {len(problems)} distinct problems "
-                         f"with max_operand={max_operand} and operations={operations!r}: too few would be left to "
-                         "train on. Lower num_eval_samples or raise max_operand.")
+        raise ValueError(f"num_eval_samples={num_eval_samples} is more than half of the {len(problems)} distinct "
+                         f"problems with max_operand={max_operand} and operations={operations!r}: too few would be "
+                         "left to train on. Lower num_eval_samples or raise max_operand.")
     rng = random.Random(seed)
     rng.shuffle(problems)
     # Held out by construction: eval takes distinct problems first, train draws only from the rest (repeating them

@@ -18,7 +18,7 @@ import importlib.util
 import inspect
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 # Arguments TRL itself passes to reward functions (grpo_trainer._calculate_rewards), never dataset columns

@@ -88,8 +88,8 @@ def preference_dataset(algorithm: str, dataset_name: str, dataset_config: str | 
         wanted = {"prompt": ("--prompt_column", prompt_column), "chosen": ("--chosen_column", chosen_column),
                   "rejected": ("--rejected_column", rejected_column)}
     else:
-        wanted = {"prompt": ("--prompt_column", prompt_column), "completion": ("--completion_column", completion_column),
-                  "label": ("--label_column", label_column)}
+        wanted = {"prompt": ("--prompt_column", prompt_column),
+                  "completion": ("--completion_column", completion_column), "label": ("--label_column", label_column)}
     for target, (flag, column) in wanted.items():
         if column not in train.column_names:
             if target == "prompt" and all(c in train.column_names for t, (_, c) in wanted.items() if t != "prompt"):

@@ -31,13 +31,15 @@ def completion_text(completion: Any) -> str:
         return content if isinstance(content, str) else ""
     if isinstance(completion, (list, tuple)):
         # Conversational: concatenate assistant turns (TRL gives exactly one; tool loops can give more)
-        parts = [completion_text(m) for m in completion if isinstance(m, dict) and m.get("role", "assistant") == "assistant"]
+        parts = [completion_text(m) for m in completion
+                 if isinstance(m, dict) and m.get("role", "assistant") == "assistant"]
         return "".join(parts)
     return ""
 
 
 def parse_answer(text: str) -> int | None:
-    """The integer inside the single `<answer>...</answer>` pair of `text`; None when absent, repeated or not an integer."""
+    """The integer inside the single `<answer>...</answer>` pair of `text`; None when absent, repeated or not an
+    integer."""
     if not isinstance(text, str):
         return None
     matches = _TAG_PAIR.findall(text[:MAX_PARSE_CHARS])

@@ -1,0 +1,236 @@
+"""One set-up for every patched trainer: the config's `__init__` / `__post_init__`, the trainer's `__init__` and
+`training_step`. A trainer family (online.py, offline.py) only declares which fields and checks apply (`Family`).
+
+What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
+1. Config `__init__`: slimrl's config fields are accepted as keywords and set before the dataclass `__init__`, so
+   `__post_init__` and TRL's checks see them: `slimrl_num_chunks` (Unsloth's alias `unsloth_num_chunks`; the knob
+   of slimrl.ops.chunking) and the family's own. The fields the user passed are recorded (slimrl.state.ConfigState):
+   slimrl may adjust a TRL default but never a value the user set.
+2. Config `__post_init__`: defaults for slimrl's fields where the config was built without `__init__`
+   (`dataclasses.replace`, a parser), precision flags resolved where TRL's default cannot run (precision.py), the
+   family's config checks, then TRL's own (the clearer message wins).
+3. Trainer `__init__`: TRL's arguments bound by name. Around TRL's `__init__`, the family's context (online: the
+   vLLM engine's rollout config). Before it: precision against the model's weights, the family's checks, the model's
+   checkpointing mode against the config's flag, the knob on every model given (`precompute_ref_log_probs` runs a
+   reference pass inside TRL's `__init__`). After it: the knob on the models TRL ended up with (a reference it loaded
+   itself included) and the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
+4. `training_step`: the step's peak memory (CUDA max allocated, or peak RSS on CPU) as the `peak_memory_gb` metric,
+   in the trainer's own metric store (`_metrics`, or `_stored_metrics` for the older ORPO/CPO trainers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from ..memory import gib, peak_memory_bytes, reset_peak_memory
+from ..models.checkpointing import apply_checkpointing, checkpointing_mode
+from ..ops.chunking import set_num_chunks, validate_num_chunks
+from ..state import AUTO_CHUNKS, config_state, user_set
+from . import precision
+from .seams import Patch
+
+logger = logging.getLogger("slimrl")
+
+
+class SetupCall(NamedTuple):
+    """A trainer's `__init__` call as slimrl's checks see it: the model, the config, every argument by name."""
+
+    model: Any
+    args: Any
+    arguments: dict
+
+
+@dataclass(frozen=True)
+class Family:
+    """What differs between trainer families; everything else in this module is shared."""
+
+    config_fields: tuple[tuple[str, Any], ...] = ()  # (name, default) of the family's extra config fields
+    check_config: Callable[[Any], None] = lambda args: None  # config-time checks (args -> None, raise on error)
+    checks: tuple[Callable[[SetupCall], None], ...] = ()  # trainer-time checks, before TRL's __init__
+    around: Callable[[SetupCall], Any] | None = None  # a context manager around TRL's __init__ (entered first)
+
+
+def num_chunks_from(slimrl_num_chunks, unsloth_num_chunks) -> int:
+    """The knob from slimrl's field and Unsloth's alias (AUTO when neither is set; both set and different: error)."""
+    if slimrl_num_chunks is not None and unsloth_num_chunks is not None and slimrl_num_chunks != unsloth_num_chunks:
+        raise ValueError(
+            f"slimrl_num_chunks={slimrl_num_chunks} and its alias unsloth_num_chunks={unsloth_num_chunks} disagree: "
+            "set one of them."
+        )
+    value = slimrl_num_chunks if slimrl_num_chunks is not None else unsloth_num_chunks
+    return validate_num_chunks(AUTO_CHUNKS if value is None else value)
+
+
+def config_init_maker(family: Family):
+    def make(original):
+        @functools.wraps(original)
+        def __init__(self, *args, slimrl_num_chunks=None, unsloth_num_chunks=None, **kwargs):
+            extras = {name: kwargs.pop(name, default) for name, default in family.config_fields}
+            self.slimrl_num_chunks = num_chunks_from(slimrl_num_chunks, unsloth_num_chunks)
+            for name, value in extras.items():
+                setattr(self, name, value)
+            config_state(self).user_fields = frozenset(kwargs)
+            original(self, *args, **kwargs)
+
+        return __init__
+
+    return make
+
+
+def config_post_init_maker(family: Family):
+    def make(original):
+        @functools.wraps(original)
+        def __post_init__(self):
+            for name, default in (("slimrl_num_chunks", AUTO_CHUNKS), *family.config_fields):
+                if not hasattr(self, name):  # built through dataclasses.replace or a parser
+                    setattr(self, name, default)
+            precision.resolve_config_precision(self)
+            family.check_config(self)
+            original(self)
+
+        return __post_init__
+
+    return make
+
+
+def is_model(obj) -> bool:
+    return hasattr(obj, "parameters") and hasattr(obj, "config")
+
+
+def reconcile_checkpointing(model, args) -> None:
+    """The model's checkpointing mode (FastLanguageModel.get_peft_model) is the more specific choice and wins over the
+    config's flag; a contradicting flag the user set is warned about, TRL's untouched default is just aligned."""
+    mode = checkpointing_mode(model)
+    if mode is None or bool(mode) == bool(args.gradient_checkpointing):
+        return
+    if user_set(args, "gradient_checkpointing") or not args.gradient_checkpointing:
+        warnings.warn(
+            f"gradient_checkpointing={args.gradient_checkpointing} in the config is overridden by "
+            f"use_gradient_checkpointing={mode!r} given to FastLanguageModel.get_peft_model; change it there.",
+            UserWarning,
+            stacklevel=5,
+        )
+    else:
+        logger.info("slimrl: gradient_checkpointing=%s, as the model was prepared with it", bool(mode))
+    # transformers 5 reads the new name, TRL 1.16 the deprecated alias: keep both in step
+    args.gradient_checkpointing = bool(mode)
+    if hasattr(args, "activation_checkpointing"):
+        args.activation_checkpointing = bool(mode)
+
+
+def set_chunks(models, num_chunks: int, unwrap=lambda m: m) -> None:
+    for model in models:
+        if is_model(model):
+            set_num_chunks(unwrap(model), num_chunks)
+
+
+def _bind(signature: inspect.Signature, self, args, kwargs) -> SetupCall | None:
+    """TRL's `__init__` arguments by name; None when slimrl has nothing to check (a wrong call: TRL raises its own
+    error; a model given by name: TRL loads it)."""
+    try:
+        arguments = signature.bind_partial(self, *args, **kwargs).arguments
+    except TypeError:
+        return None
+    call = SetupCall(arguments.get("model"), arguments.get("args"), arguments)
+    return call if call.args is not None and is_model(call.model) else None
+
+
+@contextlib.contextmanager
+def _prepared(call: SetupCall | None, family: Family):
+    """Everything before TRL's `__init__`, and the family's context around it."""
+    if call is None:
+        yield
+        return
+    with family.around(call) if family.around is not None else contextlib.nullcontext():
+        precision.resolve_trainer_precision(call.args, call.model)
+        for check in family.checks:
+            check(call)
+        reconcile_checkpointing(call.model, call.args)
+        set_chunks((call.model, call.arguments.get("ref_model")), getattr(call.args, "slimrl_num_chunks", AUTO_CHUNKS))
+        yield
+
+
+def _after_init(trainer) -> None:
+    chunks = getattr(trainer.args, "slimrl_num_chunks", AUTO_CHUNKS)
+    set_chunks((trainer.model, getattr(trainer, "ref_model", None)), chunks, trainer.accelerator.unwrap_model)
+    output_embeddings = getattr(trainer.model, "get_output_embeddings", None)
+    if chunks != AUTO_CHUNKS and output_embeddings is not None and output_embeddings() is None:
+        warnings.warn(f"slimrl_num_chunks={chunks} has no effect: {type(trainer.model).__name__} has no LM head to "
+                      "chunk.", UserWarning, stacklevel=3)
+    mode = checkpointing_mode(trainer.model)
+    if mode is not None:
+        apply_checkpointing(trainer.model, mode)
+
+
+def trainer_init_maker(family: Family):
+    def make(original):
+        signature = inspect.signature(original)
+
+        @functools.wraps(original)
+        def __init__(self, *args, **kwargs):
+            with _prepared(_bind(signature, self, args, kwargs), family):
+                original(self, *args, **kwargs)
+            _after_init(self)
+
+        return __init__
+
+    return make
+
+
+def record_metric(trainer, name: str, value: float) -> None:
+    metrics = getattr(trainer, "_metrics", None)
+    if isinstance(metrics, dict) and "train" in metrics:
+        metrics["train"][name].append(value)
+    elif hasattr(trainer, "_stored_metrics"):  # ORPO/CPO: averaged in their `log`
+        trainer._stored_metrics["train"][name].append(value)
+
+
+def make_training_step(original):
+    @functools.wraps(original)
+    def training_step(self, *args, **kwargs):
+        device = self.accelerator.device
+        reset_peak_memory(device)
+        output = original(self, *args, **kwargs)
+        record_metric(self, "peak_memory_gb", round(gib(peak_memory_bytes(device)), 4))
+        return output
+
+    return training_step
+
+
+FUSED_HEAD_PARAMS = ("model", "temperature", "cast_lm_head_to_fp32", "outputs")
+
+
+def fused_head_symbol(_original):
+    from ..ops.logprob import add_fused_lm_head
+
+    return add_fused_lm_head
+
+
+def fused_head_patch(module: str) -> Patch:
+    """`<module>.add_fused_lm_head = slimrl.ops.logprob.add_fused_lm_head` (TRL's private helpers it reads checked)."""
+    from ..ops.logprob import TRL_SYMBOLS
+
+    return Patch(module, "add_fused_lm_head", FUSED_HEAD_PARAMS, fused_head_symbol,
+                 "completion-only, bounded-chunk log-prob head", requires=TRL_SYMBOLS)
+
+
+def setup_patches(family: Family, trainer_path: str, config_path: str, trainer_params: tuple[str, ...],
+                  step_params: tuple[str, ...] = ("self",)) -> list[Patch]:
+    """The four set-up patches of one trainer: config `__init__` and `__post_init__`, trainer `__init__`,
+    `training_step` (trainer_params / step_params: the leading parameters TRL's methods must have)."""
+    fields = ", ".join(["slimrl_num_chunks", "unsloth_num_chunks", *(name for name, _ in family.config_fields)])
+    return [
+        Patch(config_path, "__init__", ("self", "output_dir"), config_init_maker(family), f"accept {fields}"),
+        Patch(config_path, "__post_init__", ("self",), config_post_init_maker(family),
+              "precision resolution and config checks"),
+        Patch(trainer_path, "__init__", trainer_params, trainer_init_maker(family),
+              "model checks, chunking, checkpointing mode"),
+        Patch(trainer_path, "training_step", step_params, make_training_step, "peak memory metric"),
+    ]

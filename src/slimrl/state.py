@@ -1,0 +1,103 @@
+"""What slimrl carries on a model or a TRL config between calls, in one typed place each.
+
+Every piece of private state lives in one of the two dataclasses below, stored under one attribute (`_slimrl`):
+  ModelState   on the transformers model (a PeftModel reaches it through `get_base_model()`), written by
+               FastLanguageModel (loading, LoRA, checkpointing) and the patched trainers (the chunk knob);
+  ConfigState  on a TRL config, written by the patched config `__init__` / `__post_init__` and the trainer set-up.
+The public attributes Unsloth's API defines stay where its users look for them: `model.max_seq_length`,
+`model.vllm_engine`, `model.fast_generate`, and the config fields `slimrl_num_chunks` / `vllm_sampling_params`.
+
+Choices:
+- A dataclass under one attribute rather than many `_slimrl_*` attributes: one place lists every fact, its type and
+  its owner, and `copy.deepcopy(model)` copies it with the model (the PEFT owner is a weak reference, shared).
+- The state is created on first write (`model_state(model)`), read without creating (`model_state(model, False)`), so
+  a model slimrl never touched carries nothing.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+STATE_ATTR = "_slimrl"
+AUTO_CHUNKS = -1  # the chunk knob's "automatic" value (validated in slimrl.ops.chunking)
+
+
+@dataclass
+class ModelState:
+    """slimrl's facts about one transformers model."""
+
+    tokenizer: Any = None  # the tokenizer from_pretrained returned (its padding side follows the mode)
+    dtype: Any = None  # the torch dtype chosen at load time
+    model_name: str | None = None  # what the user asked from_pretrained for (an adapter's base_model_name_or_path)
+    checkpointing: bool | str | None = None  # False | True | "offload" once configured; None: never configured
+    checkpoint_args: tuple = (None, 1)  # (checkpoint kwargs, every_n_layers) reused when training mode resumes
+    offload_stats: Any = None  # slimrl.models.checkpointing.OffloadStats of the "offload" mode
+    num_chunks: int = AUTO_CHUNKS  # slimrl_num_chunks, read by the log-prob heads at call time
+    peft_owner: Any = None  # weakref to the PeftModel FastLanguageModel.get_peft_model made around this model
+    warned: set = field(default_factory=set)  # one-time warnings already given for this model
+
+    def __getstate__(self):  # pickling: a weak reference cannot travel
+        return {**self.__dict__, "peft_owner": None}
+
+
+@dataclass
+class ConfigState:
+    """slimrl's facts about one TRL config."""
+
+    user_fields: frozenset | None = None  # fields the user set (None: unknown, e.g. built by dataclasses.replace)
+    auto_precision: bool = False  # bf16/fp16 left to slimrl (resolved from the model at trainer set-up)
+    sampling_overrides: dict = field(default_factory=dict)  # vllm_sampling_params fields that reach vLLM
+    sleep_between_rollouts: bool = True  # the attached vLLM engine sleeps between rollouts (CUDA)
+
+
+def transformers_model(model):
+    """The transformers model under a PeftModel (or the model itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def model_state(model, create: bool = True) -> ModelState | None:
+    """The ModelState of `model` (PEFT unwrapped); created empty when missing unless `create=False`."""
+    target = transformers_model(model)
+    state = target.__dict__.get(STATE_ATTR)
+    if state is None and create:
+        state = ModelState()
+        target.__dict__[STATE_ATTR] = state  # plain attribute: no nn.Module registration
+    return state
+
+
+def config_state(args, create: bool = True) -> ConfigState | None:
+    """The ConfigState of a TRL config; created empty when missing unless `create=False`."""
+    state = getattr(args, STATE_ATTR, None)
+    if state is None and create:
+        state = ConfigState()
+        object.__setattr__(args, STATE_ATTR, state)
+    return state
+
+
+def user_fields(args) -> frozenset:
+    """The config fields the user set (empty when unknown)."""
+    state = config_state(args, create=False)
+    return frozenset() if state is None or state.user_fields is None else state.user_fields
+
+
+def user_set(args, name: str) -> bool:
+    return name in user_fields(args)
+
+
+def set_peft_owner(model, peft_model) -> None:
+    """Record the PeftModel wrapped around `model` (a weak reference: an attribute Module would become a submodule)."""
+    model_state(model).peft_owner = weakref.ref(peft_model)
+
+
+def peft_owner(model, missing: str):
+    """The PeftModel holding `model`'s LoRA layers: `model` itself, or the one recorded by `set_peft_owner`;
+    raises ValueError(`missing`) when there is none."""
+    if hasattr(model, "peft_config") and hasattr(model, "get_base_model"):
+        return model
+    state = model_state(model, create=False)
+    owner = state.peft_owner() if state is not None and state.peft_owner is not None else None
+    if owner is None:
+        raise ValueError(missing)
+    return owner

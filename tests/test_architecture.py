@@ -1,0 +1,114 @@
+"""The package's shape (docs/architecture.md): no import cycles, a declarative registry, state in one place.
+
+1. No cycle among src/slimrl's modules, counting function-level imports too (a cycle dodged by importing inside a
+   function is still a cycle). An edge is an import of a slimrl module by name (parent packages not counted: their
+   `__init__` files import nothing eagerly).
+2. Every algorithm module is a plain `PATCHES` list of `Patch` objects, each in `registry.ALGORITHMS`; importing the
+   registry imports no TRL.
+3. Private state on models and configs lives in slimrl.state (one `_slimrl` attribute): no module writes another
+   `_slimrl_*` attribute.
+"""
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "slimrl"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imported(node: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """slimrl modules an import statement names (a `from X import name` also names X.name when it is a module)."""
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name in known}
+    if not isinstance(node, ast.ImportFrom):
+        return set()
+    base = module if is_package else module.rsplit(".", 1)[0]
+    for _ in range(max(node.level - 1, 0)):
+        base = base.rsplit(".", 1)[0]
+    target = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
+    submodules = {f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in known}
+    reads_target = len(submodules) < len(node.names)  # some name is defined in `target` itself
+    return submodules | ({target} if reads_target and target in known else set())
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    graph = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        edges = set()
+        for node in ast.walk(tree):
+            edges |= _imported(node, name, path.name == "__init__.py", known)
+        graph[name] = edges - {name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as a list of modules, or None (iterative depth-first search)."""
+    state = {}  # 1 = on the current path, 2 = done
+    for root in sorted(graph):
+        if state.get(root):
+            continue
+        path, stack = [root], [iter(sorted(graph[root]))]
+        state[root] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(graph[nxt])))
+    return None
+
+
+def test_no_import_cycle_among_slimrl_modules():
+    graph = import_graph()
+    assert len(graph) > 30 and graph["slimrl.patches.registry"], "the graph was not built"
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+
+
+def test_cycle_detection_has_teeth():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_every_algorithm_module_is_a_declarative_list():
+    from slimrl.patches import registry
+    from slimrl.patches.seams import Patch
+
+    for algorithm, patches in registry.ALGORITHMS.items():
+        module = sys.modules[f"slimrl.patches.{algorithm}"]
+        assert module.PATCHES is patches and patches and all(isinstance(p, Patch) for p in patches), algorithm
+        assert module.__doc__ and "TRL's own" in module.__doc__, f"{algorithm}: say what is patched and what is TRL's"
+
+
+def test_registry_import_imports_no_trl():
+    code = "import sys; import slimrl.patches.registry; print('trl' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_private_slimrl_attributes_outside_state(path):
+    text = path.read_text()
+    assert not re.findall(r"\b_slimrl_[a-z]\w*", text), f"{path.name}: private state belongs in slimrl.state"
