@@ -22,6 +22,7 @@ import warnings
 from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..state import config_state
 from . import validation
+from .compat import OFFLINE_REMOVED, OFFLINE_RENAMED
 from .seams import Patch
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
 
@@ -69,7 +70,8 @@ def reconcile_offloading(call: SetupCall) -> None:
     apply_checkpointing(call.model, True)
 
 
-OFFLINE = Family(check_config=check_config, checks=(check_max_length, reconcile_offloading))
+OFFLINE = Family(renamed_fields=OFFLINE_RENAMED, removed_fields=OFFLINE_REMOVED, check_config=check_config,
+                 checks=(check_max_length, reconcile_offloading))
 
 
 def offline_patches(trainer_path: str, config_path: str, trainer_params: tuple[str, ...],

@@ -3,11 +3,15 @@
 Patched (beyond the shared set-up of trainer_setup.py):
 1. `add_fused_lm_head`, the module-level name the trainer module calls in `__init__`: slimrl's head
    (slimrl.ops.logprob: completion-only scoring, bounded row chunks). TRL's private helpers it reads are checked seams.
-2. Config: the field `vllm_sampling_params` (rollouts on the model's vLLM engine); config checks: learning rate,
-   sampling temperature, batch geometry (validation.py).
-3. Trainer `__init__`: the model's `max_seq_length` against the completion length and the dataset's longest prompt;
-   around TRL's `__init__`, the engine's rollout config (vllm_rollouts.engine_rollouts: `use_vllm` switched on for an
-   attached engine, `vllm_sampling_params` checked and copied into the config, visible to the VLLMGeneration seam).
+2. Config: the fields `vllm_sampling_params` (rollouts on the model's vLLM engine) and `slimrl_reward_errors`
+   ("raise" | "skip", see rewards.py); `max_new_tokens` as the older name of `max_completion_length`, the removed
+   `max_prompt_length` refused saying why (compat.py); config checks: learning rate, sampling temperature, batch
+   geometry fitted or refused (validation.py).
+3. Trainer `__init__`: every callable reward function wrapped (rewards.py: keywords by signature, a parameter no
+   column provides refused now, failures named); the model's `max_seq_length` against the completion length and
+   the dataset's longest prompt; around TRL's `__init__`, the engine's rollout config
+   (vllm_rollouts.engine_rollouts: `use_vllm` switched on for an attached engine, `vllm_sampling_params` checked and
+   copied into the config, visible to the VLLMGeneration seam).
 4. `_generate_single_turn`: FastLanguageModel.for_inference / for_training around every rollout (KV cache on,
    checkpointing off, left padding; the training flag stays as TRL has it, so dropout sampling matches stock), and
    the max_seq_length check on the actual prompts.
@@ -21,6 +25,8 @@ from __future__ import annotations
 import functools
 
 from . import validation
+from .compat import ONLINE_REMOVED, ONLINE_RENAMED
+from .rewards import check_policy, checked_rewards
 from .seams import Patch
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
 from .vllm_rollouts import VLLM_GENERATION_USES, engine_rollouts, make_vllm_generation
@@ -31,9 +37,27 @@ def check_sequence_lengths(call: SetupCall) -> None:
                                     call.arguments.get("processing_class"))
 
 
+def check_config(args) -> None:
+    check_policy(args.slimrl_reward_errors)
+    validation.check_config(args)
+
+
+def wrap_reward_functions(call: SetupCall) -> None:
+    """Each callable reward as rewards.CheckedReward (refused now if it needs a column the dataset lacks)."""
+    rewards = call.arguments.get("reward_funcs")
+    if rewards is None:
+        return
+    dataset = call.arguments.get("train_dataset")
+    columns = getattr(dataset, "column_names", None)
+    call.arguments["reward_funcs"] = checked_rewards(rewards, columns, call.args.slimrl_reward_errors)
+
+
 ONLINE = Family(
-    config_fields=(("vllm_sampling_params", None),),
-    check_config=validation.check_config,
+    config_fields=(("vllm_sampling_params", None), ("slimrl_reward_errors", "raise")),
+    renamed_fields=ONLINE_RENAMED,
+    removed_fields=ONLINE_REMOVED,
+    check_config=check_config,
+    adapters=(wrap_reward_functions,),
     checks=(check_sequence_lengths,),
     around=lambda call: engine_rollouts(call.model, call.args),
 )
