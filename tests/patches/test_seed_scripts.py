@@ -9,13 +9,14 @@
 (PPO's seed example is tested with the PPO trainer, tests/ppo.)
 """
 
-import _tiny as T
 import pytest
 import torch
 from datasets import Dataset
 
 import slimrl
 from slimrl import FastLanguageModel, PatchFastRL, notices
+
+import _tiny as T
 
 
 @pytest.fixture
