@@ -12,7 +12,7 @@ adapter disabled or `ref_model`), `_precompute_ref_logps` and its cache, the dat
 from .offline import offline_patches
 
 PATCHES = offline_patches(
-    "trl.trainer.dpo_trainer.DPOTrainer", "trl.trainer.dpo_config.DPOConfig",
+    "dpo", "trl.trainer.dpo_trainer.DPOTrainer", "trl.trainer.dpo_config.DPOConfig",
     ("self", "model", "ref_model", "args", "data_collator", "train_dataset", "eval_dataset", "processing_class"),
     fused_head_module="trl.trainer.dpo_trainer",
 )

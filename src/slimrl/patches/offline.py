@@ -16,6 +16,7 @@ checks do not apply. Patched (beyond the shared set-up of trainer_setup.py):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 
@@ -23,6 +24,7 @@ from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..state import config_state
 from . import validation
 from .compat import OFFLINE_REMOVED, OFFLINE_RENAMED
+from .data_checks import dataset_check
 from .seams import Patch
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
 
@@ -74,7 +76,7 @@ OFFLINE = Family(renamed_fields=OFFLINE_RENAMED, removed_fields=OFFLINE_REMOVED,
                  checks=(check_max_length, reconcile_offloading))
 
 
-def offline_patches(trainer_path: str, config_path: str, trainer_params: tuple[str, ...],
+def offline_patches(algorithm: str, trainer_path: str, config_path: str, trainer_params: tuple[str, ...],
                     fused_head_module: str | None = None) -> list[Patch]:
     """The set-up patch list of one offline trainer.
 
@@ -84,4 +86,5 @@ def offline_patches(trainer_path: str, config_path: str, trainer_params: tuple[s
     training step is DPO/KTO/SFT/reward's `(self, *args, **kwargs)` override, or Trainer's own for ORPO/CPO.
     """
     head = [fused_head_patch(fused_head_module)] if fused_head_module is not None else []
-    return [*head, *setup_patches(OFFLINE, trainer_path, config_path, trainer_params)]
+    family = dataclasses.replace(OFFLINE, checks=(dataset_check(algorithm), *OFFLINE.checks))
+    return [*head, *setup_patches(family, trainer_path, config_path, trainer_params)]

@@ -22,10 +22,12 @@ TRL's own: the whole GRPO/RLOO step (generation, rewards, advantages, every loss
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from . import validation
 from .compat import ONLINE_REMOVED, ONLINE_RENAMED
+from .data_checks import dataset_check
 from .rewards import check_policy, checked_rewards
 from .seams import Patch
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
@@ -85,12 +87,13 @@ def make_generate_single_turn(original):
     return _generate_single_turn
 
 
-def online_patches(module: str, trainer: str, config_module: str, config: str) -> list[Patch]:
+def online_patches(algorithm: str, module: str, trainer: str, config_module: str, config: str) -> list[Patch]:
     """The patch list of GRPO or RLOO (their seams have the same names and shapes)."""
     trainer_path = f"{module}.{trainer}"
+    family = dataclasses.replace(ONLINE, checks=(dataset_check(algorithm), *ONLINE.checks))
     return [
         fused_head_patch(module),
-        *setup_patches(ONLINE, trainer_path, f"{config_module}.{config}",
+        *setup_patches(family, trainer_path, f"{config_module}.{config}",
                        ("self", "model", "reward_funcs", "args", "train_dataset", "eval_dataset", "processing_class"),
                        step_params=("self", "model", "inputs", "num_items_in_batch")),
         Patch(trainer_path, "_generate_single_turn", ("self", "prompt_ids"), make_generate_single_turn,

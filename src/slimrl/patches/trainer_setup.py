@@ -169,6 +169,17 @@ def default_processing_class(call: SetupCall) -> None:
         notice("no processing_class given: using the tokenizer FastLanguageModel.from_pretrained returned.")
 
 
+def check_tokenizer(call: SetupCall) -> None:
+    """TRL pads with the tokenizer's pad token (eos when there is none) and stops generation at eos: a tokenizer with
+    neither would fail mid-step."""
+    processing_class = call.arguments.get("processing_class")
+    tokenizer = getattr(processing_class, "tokenizer", processing_class)  # processors wrap one
+    if hasattr(tokenizer, "pad_token") and tokenizer.pad_token is None and getattr(tokenizer, "eos_token", 1) is None:
+        raise ValueError(f"processing_class {type(tokenizer).__name__} has neither a pad token nor an eos token: TRL "
+                         "pads with pad (or eos) and ends completions at eos. Set tokenizer.pad_token and "
+                         "tokenizer.eos_token, or load it with FastLanguageModel.from_pretrained, which fills them.")
+
+
 @contextlib.contextmanager
 def _prepared(call: SetupCall | None, family: Family):
     """Everything before TRL's `__init__`, and the family's context around it."""
@@ -178,6 +189,7 @@ def _prepared(call: SetupCall | None, family: Family):
     with family.around(call) if family.around is not None else contextlib.nullcontext():
         for adapt in (default_processing_class, *family.adapters):
             adapt(call)
+        check_tokenizer(call)
         precision.resolve_trainer_precision(call.args, call.model)
         for check in family.checks:
             check(call)
