@@ -74,3 +74,21 @@ def test_doctor_names_dtype_and_load(capsys):
     out = capsys.readouterr().out
     assert "dtype" in out and ("weights (" in out or "autocast" in out)
     assert "load average" in out or "cuda" in out
+
+
+def test_slimrl_fields_are_flags_validated_by_their_owners():
+    from slimrl.cli.args import parse_grpo_args, parse_preference_args
+    from slimrl.cli.grpo import apply_patches
+
+    apply_patches()
+    _, _, args = parse_grpo_args(["--slimrl_num_chunks", "3", "--slimrl_reward_errors", "skip", "--bf16", "False"])
+    assert (args.slimrl_num_chunks, args.slimrl_reward_errors) == (3, "skip")
+    with pytest.raises(ValueError, match=r"slimrl_num_chunks must be -1 \(automatic\) or an integer >= 1, got 0"):
+        parse_grpo_args(["--slimrl_num_chunks", "0", "--bf16", "False"])
+    with pytest.raises(SystemExit):  # argparse's own choices check
+        parse_grpo_args(["--slimrl_reward_errors", "ignore", "--bf16", "False"])
+    from slimrl.cli.preference import apply_patches as apply_preference_patches
+
+    apply_preference_patches("dpo")
+    _, _, args = parse_preference_args("dpo", ["--slimrl_num_chunks", "2", "--bf16", "False"])
+    assert args.slimrl_num_chunks == 2 and not hasattr(args, "slimrl_reward_errors")

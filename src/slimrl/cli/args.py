@@ -114,19 +114,51 @@ class TaskArguments(DataArguments):
         "help": "Reward used as eval accuracy for --dataset_name (same syntax); unset = no before/after eval."})
 
 
+@dataclass
+class SlimrlArguments:
+    """slimrl's own config fields (not part of TRL's config dataclass): set on the parsed config."""
+
+    slimrl_num_chunks: int = field(default=-1, metadata={
+        "help": "Chunks of the log-prob head: -1 = automatic (bounded scratch memory), N >= 1 = the scored tokens in "
+                "N chunks (less memory, same numbers)."})
+
+
+@dataclass
+class OnlineSlimrlArguments(SlimrlArguments):
+    slimrl_reward_errors: str = field(default="raise", metadata={
+        "help": "A reward function that raises or returns an unusable value: 'raise' stops with the function, prompt "
+                "and completion named; 'skip' scores that completion NaN and counts it (metric "
+                "rewards/<name>/errors).", "choices": ["raise", "skip"]})
+
+
+def apply_slimrl_arguments(training_args, slimrl_args) -> None:
+    """Set slimrl's fields on the config, validated by their owners (the same checks as the config keywords)."""
+    from slimrl.ops.chunking import validate_num_chunks
+
+    training_args.slimrl_num_chunks = validate_num_chunks(slimrl_args.slimrl_num_chunks)
+    if hasattr(slimrl_args, "slimrl_reward_errors"):
+        from slimrl.patches.rewards import check_policy
+
+        training_args.slimrl_reward_errors = check_policy(slimrl_args.slimrl_reward_errors)
+
+
+def set_cli_defaults(parser, defaults: dict) -> None:
+    """Replace TRL's defaults by the CLI's, noting both and why in --help (a value the user passes still wins)."""
+    for action in parser._actions:
+        if action.dest in defaults:
+            value, why = defaults[action.dest]
+            note = f"[slimrl CLI default: {value!r} (TRL: {action.default!r}); {why}]".replace("%", "%%")
+            action.default = value
+            action.help = f"{action.help or ''} {note}".strip()
+
+
 def build_grpo_parser(prog: str = "slimrl grpo"):
     from trl import GRPOConfig, TrlParser
 
-    parser = TrlParser((TaskArguments, ModelArguments, GRPOConfig), prog=prog,
+    parser = TrlParser((TaskArguments, ModelArguments, OnlineSlimrlArguments, GRPOConfig), prog=prog,
                        description="Train a model with GRPO (TRL's GRPOTrainer on slimrl's memory paths). Every "
                                    "GRPOConfig field is a flag; --config run.yaml sets defaults, flags override it.")
-    for action in parser._actions:
-        if action.dest in CLI_DEFAULTS:
-            value, why = CLI_DEFAULTS[action.dest]
-            trl_default = action.default
-            action.default = value
-            note = f"[slimrl CLI default: {value!r} (TRL: {trl_default!r}); {why}]".replace("%", "%%")
-            action.help = f"{action.help or ''} {note}".strip()
+    set_cli_defaults(parser, CLI_DEFAULTS)
     return parser
 
 
@@ -182,7 +214,8 @@ def mark_user_fields(training_args, argv: list[str]) -> None:
 def parse_grpo_args(argv: list[str]):
     """(task_args, model_args, training_args) from argv (may contain `--config file.yaml`)."""
     parser = build_grpo_parser()
-    task_args, model_args, training_args = parse_with_config(parser, argv)
+    task_args, model_args, slimrl_args, training_args = parse_with_config(parser, argv)
+    apply_slimrl_arguments(training_args, slimrl_args)
     resolve_eval_samples(task_args, training_args.max_steps)
     mark_user_fields(training_args, list(argv))
     if model_args.dtype == "auto":
@@ -242,23 +275,19 @@ def build_preference_parser(algorithm: str):
     from trl import TrlParser
 
     config = preference_config_class(algorithm)
-    parser = TrlParser((PreferenceTaskArguments, ModelArguments, config), prog=f"slimrl {algorithm}",
+    parser = TrlParser((PreferenceTaskArguments, ModelArguments, SlimrlArguments, config), prog=f"slimrl {algorithm}",
                        description=f"Train a model with {algorithm.upper()} (TRL's "
                                    f"{config.__name__.removesuffix('Config')}Trainer on slimrl's memory paths). "
                                    f"Every {config.__name__} field is a flag; "
                                    "--config run.yaml sets defaults, flags override it.")
-    for action in parser._actions:
-        if action.dest in PREFERENCE_CLI_DEFAULTS:
-            value, why = PREFERENCE_CLI_DEFAULTS[action.dest]
-            note = f"[slimrl CLI default: {value!r} (TRL: {action.default!r}); {why}]".replace("%", "%%")
-            action.default = value
-            action.help = f"{action.help or ''} {note}".strip()
+    set_cli_defaults(parser, PREFERENCE_CLI_DEFAULTS)
     return parser
 
 
 def parse_preference_args(algorithm: str, argv: list[str]):
     """(task_args, model_args, training_args) for `slimrl dpo|orpo|kto`."""
-    task_args, model_args, training_args = parse_with_config(build_preference_parser(algorithm), argv)
+    task_args, model_args, slimrl_args, training_args = parse_with_config(build_preference_parser(algorithm), argv)
+    apply_slimrl_arguments(training_args, slimrl_args)
     resolve_eval_samples(task_args, training_args.max_steps)
     mark_user_fields(training_args, list(argv))
     if model_args.dtype == "auto":
