@@ -5,11 +5,12 @@ of the last 50 steps is within 5% of the first 50's."""
 
 import random
 
-import _rl_parity as R
-import _tiny as T
 import pytest
 
 from slimrl import PatchFastRL
+
+import _rl_parity as R
+import _tiny as T
 
 STEPS, FAILURE_RATE = 200, 0.05
 
