@@ -12,6 +12,12 @@ with float32-sized noise on its output layer.
    z = sum_k h_k w_vk then moves as float32 rounding of each product would move it; how far each compared quantity
    moves in response is its conditioning with respect to the logits' rounding, measured on the run itself (a
    cancelling loss or metric moves far more than its size suggests). _parity uses it as the floor of its rule.
+3. The naive head of the perturbed side also multiplies its logits by (1 + u32 * s') with fresh signs s' at every
+   call. Fixed weight noise rounds every pass over a row alike, so a difference of two passes (GRPO's log-ratio of
+   the training pass to the old-log-prob pass, DPO/KTO's policy minus precomputed reference log-probs) would cancel
+   it exactly. A float32 head does not round two passes alike: TRL shuffles the rows between those passes and
+   batches the precompute differently, and BLAS kernels round a row by where it lands in the block (MKL's AVX2 path
+   does; AMX does not). Independent noise per call gives those differences their float32-sized conditioning.
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ def naive_fused_lm_head(model, temperature: float = 1.0, cast_lm_head_to_fp32: b
         else:
             labels = shift_labels
         z = self.get_output_embeddings()(hidden) * logit_scale
+        z = _per_call_noise(self, z)
         if softcap is not None:
             z = softcap * torch.tanh(z / softcap)
         fields = naive_outputs(z / temperature, labels)
@@ -118,10 +125,23 @@ def output_layer(model):
     return getattr(layer, "base_layer", layer)  # a LoRA-wrapped head: its frozen weight
 
 
+def _random_signs(shape, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+    return torch.randint(0, 2, shape, generator=generator).to(like) * 2 - 1
+
+
 @torch.no_grad()
 def perturb_output_layer(model, seed: int = PERTURBATION_SEED) -> None:
-    """Multiply every weight of the model's output layer by (1 + u32 * s), s = +-1 (see the module docstring)."""
-    weight = output_layer(model).weight
+    """Multiply every weight of the model's output layer by (1 + u32 * s), s = +-1, and switch on the naive head's
+    per-call logit noise (see the module docstring, points 2 and 3)."""
+    layer = output_layer(model)
     generator = torch.Generator(device="cpu").manual_seed(seed)
-    signs = torch.randint(0, 2, weight.shape, generator=generator).to(weight) * 2 - 1
-    weight.mul_(1 + U32 * signs)
+    layer.weight.mul_(1 + U32 * _random_signs(layer.weight.shape, generator, layer.weight))
+    layer.parity_logit_noise = generator
+
+
+def _per_call_noise(model, z: torch.Tensor) -> torch.Tensor:
+    """z * (1 + u32 * s') with fresh signs when the model's output layer was perturbed, else z (point 3)."""
+    generator = getattr(output_layer(model), "parity_logit_noise", None)
+    if generator is None:
+        return z
+    return z * (1 + U32 * _random_signs(z.shape, generator, z))
