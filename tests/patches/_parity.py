@@ -206,13 +206,15 @@ def run_pair(algorithm: str, stock, patched, optimizer_steps: int = 2, lr: float
 
 
 def build_pair(algorithm: str, model_factory, config_kwargs: dict, output_dir: str, peft_config=None,
-               num_chunks: int | None = None):
-    """(stock, patched) trainers on identical models; `num_chunks` goes to the patched config's slimrl_num_chunks."""
+               num_chunks: int | None = None, patched_config: dict | None = None):
+    """(stock, patched) trainers on identical models; `num_chunks` goes to the patched config's slimrl_num_chunks,
+    `patched_config` (slimrl-only fields) to the patched config alone."""
     with stock_state():
         stock = build_trainer(algorithm, model_factory(), make_config(algorithm, output_dir, **config_kwargs),
                               copy.deepcopy(peft_config))
     with patched_state(algorithm):
         extra = {} if num_chunks is None else {"slimrl_num_chunks": num_chunks}
+        extra.update(patched_config or {})
         patched = build_trainer(algorithm, model_factory(),
                                 make_config(algorithm, output_dir, **config_kwargs, **extra),
                                 copy.deepcopy(peft_config))

@@ -23,7 +23,7 @@ import logging
 import warnings
 
 from ..memory import gib, peak_memory_bytes, reset_peak_memory
-from . import precision, validation
+from . import precision, shared_prefix, validation
 from .vllm_rollouts import VLLM_GENERATION_USES, engine_rollouts, make_vllm_generation
 
 logger = logging.getLogger("slimrl")
@@ -46,9 +46,11 @@ def _num_chunks(slimrl_num_chunks, unsloth_num_chunks) -> int:
 
 def make_config_init(original):
     @functools.wraps(original)
-    def __init__(self, *args, slimrl_num_chunks=None, unsloth_num_chunks=None, vllm_sampling_params=None, **kwargs):
+    def __init__(self, *args, slimrl_num_chunks=None, unsloth_num_chunks=None, vllm_sampling_params=None,
+                 slimrl_shared_prefix=shared_prefix.AUTO, **kwargs):
         # Set before the dataclass __init__ so __post_init__ (and TRL's checks) can see them
         self.slimrl_num_chunks = _num_chunks(slimrl_num_chunks, unsloth_num_chunks)
+        self.slimrl_shared_prefix = shared_prefix.validate_shared_prefix(slimrl_shared_prefix)
         self.vllm_sampling_params = vllm_sampling_params  # rollouts on the model's vLLM engine (vllm_rollouts.py)
         self._slimrl_user_fields = frozenset(kwargs)
         original(self, *args, **kwargs)
@@ -194,4 +196,5 @@ def rl_trainer_patches(algorithm: str, module: str, trainer: str, config_module:
               make_vllm_generation, "rollouts on the model's attached vLLM engine", uses=VLLM_GENERATION_USES),
         Patch(algorithm, trainer_path, "training_step", ("self", "model", "inputs", "num_items_in_batch"),
               make_training_step, "peak memory metric"),
+        *shared_prefix.shared_prefix_patches(algorithm, module, trainer),
     ]
