@@ -31,7 +31,7 @@ logger = logging.getLogger("slimrl")
 CONFIG_FIELD = "slimrl_shared_prefix"
 AUTO = "auto"
 # "auto" shares when the packed forward's estimated work is at most this fraction of the per-row forward's
-AUTO_MAX_COST_RATIO = 0.8
+AUTO_MAX_COST_RATIO = 0.7
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 # Decoder model types whose forward was checked against the per-row forward (tests/ops/test_shared_prefix_op.py)
 VERIFIED_MODEL_TYPES = frozenset({"llama", "mistral", "ministral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma",
