@@ -11,13 +11,15 @@ Cases:
 * `synthetic`: a random 4-layer, 256-wide Llama (V=32768), one 512-token prompt x G=8 completions of 128 tokens per
   step (a random model never emits EOS, so every completion is full length), LoRA r=16, TRL's defaults otherwise
   (beta 0) but gradient checkpointing off (`--gradient_checkpointing` turns it on in every arm).
+* `dpo`: DPO on the same random model, 4 pairs per step of one 512-token prompt with 128-token chosen and rejected
+  completions (LoRA r=16, adapter-disabled reference, beta 0.1): the prompt once for chosen and rejected.
 * `vllm`: the recipe with `--fast_inference` (slimrl arms only: the engine is slimrl's); skipped with a message where
   vLLM is not installed.
 
 Choices: every (case, arm) runs in its own process, one after another, threads pinned (`--threads`); s/step is the
 mean over steps after the first; peak is the process's peak RSS (VmHWM polled every 5 ms) or torch's CUDA peak;
 `fwd s` / `bwd s` per step are the time inside `_get_per_token_logps_and_entropies` (policy, old and reference
-forwards) and inside the backward; `positions` is forwarded / per-row positions (slimrl's counter; 1.00 = no sharing).
+forwards; DPO: `_compute_loss`, policy and reference forwards) and inside the backward; `positions` is forwarded / per-row positions (slimrl's counter; 1.00 = no sharing).
 """
 
 from __future__ import annotations
@@ -79,12 +81,9 @@ def _recipe_stock(steps: int, smoke: bool, out: str):
                                                                                                         args.seed))
 
 
-def _synthetic(arm: str, steps: int, smoke: bool, checkpointing: bool, out: str):
+def _tiny(arm: str, smoke: bool):
+    """The random 4 x 256 model, its tokenizer, and prompt / completion texts of exact token counts."""
     import random
-
-    from datasets import Dataset
-    from peft import LoraConfig
-    from trl import GRPOConfig
 
     from slimrl.testing import tiny_llama, tiny_tokenizer
 
@@ -92,25 +91,62 @@ def _synthetic(arm: str, steps: int, smoke: bool, checkpointing: bool, out: str)
         from slimrl.patches.registry import PatchFastRL
 
         PatchFastRL("grpo")
+        PatchFastRL("dpo")
     prompt_len, completion = (64, 16) if smoke else (512, 128)
     vocab = 32768
     tokenizer = tiny_tokenizer(vocab)
     model = tiny_llama(vocab_size=vocab, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,
                        max_position_embeddings=4096)
-    # Plain-text prompts of exactly `prompt_len` tokens (one per word of the tokenizer's word list), one per step
     rng = random.Random(0)
     words = sorted(w for w in tokenizer.get_vocab() if w.isalpha())
-    prompts = [" ".join(rng.choices(words, k=prompt_len)) for _ in range(64)]
-    assert all(len(tokenizer(x).input_ids) == prompt_len for x in prompts[:2])
+
+    def text(n):  # n word-level tokens
+        return " ".join(rng.choices(words, k=n))
+
+    assert len(tokenizer(text(prompt_len)).input_ids) == prompt_len
+    return model, tokenizer, text, prompt_len, completion
+
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+COMMON = dict(max_steps=None, logging_steps=1, save_strategy="no", report_to=[], learning_rate=1e-5, bf16=False,
+              seed=0, disable_tqdm=True)
+
+
+def _synthetic(arm: str, steps: int, smoke: bool, checkpointing: bool, out: str):
+    import random
+
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import GRPOConfig
+
+    model, tokenizer, text, prompt_len, completion = _tiny(arm, smoke)
     extra = {} if arm == "stock" else {"slimrl_shared_prefix": SHARING[arm]}
     args = GRPOConfig(output_dir=out, per_device_train_batch_size=8, num_generations=8, max_completion_length=completion,
-                      max_steps=steps, logging_steps=1, save_strategy="no", report_to=[], learning_rate=1e-5,
-                      bf16=False, seed=0, gradient_checkpointing=checkpointing, disable_tqdm=True, **extra)
-    lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM",
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-    rewards = lambda completions, **kw: [random.random() for _ in completions]  # noqa: E731
-    task = type("Task", (), dict(train_dataset=Dataset.from_dict({"prompt": prompts}), reward_funcs=[rewards]))()
+                      gradient_checkpointing=checkpointing, **{**COMMON, "max_steps": steps}, **extra)
+    lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
+    def rewards(completions, **kw):
+        return [random.random() for _ in completions]
+
+    data = Dataset.from_dict({"prompt": [text(prompt_len) for _ in range(64)]})
+    task = type("Task", (), dict(train_dataset=data, reward_funcs=[rewards]))()
     return dict(model=model, args=args, processing_class=tokenizer, peft_config=lora, task=task)
+
+
+def _dpo(arm: str, steps: int, smoke: bool, checkpointing: bool, out: str):
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import DPOConfig
+
+    model, tokenizer, text, prompt_len, completion = _tiny(arm, smoke)
+    extra = {} if arm == "stock" else {"slimrl_shared_prefix": SHARING[arm]}
+    args = DPOConfig(output_dir=out, per_device_train_batch_size=4, max_length=prompt_len + completion + 8,
+                     gradient_checkpointing=checkpointing, **{**COMMON, "max_steps": steps}, **extra)
+    lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
+    n = 4 * (steps + 1)
+    data = Dataset.from_dict({"prompt": [text(prompt_len) for _ in range(n)],
+                              "chosen": [" " + text(completion) for _ in range(n)],
+                              "rejected": [" " + text(completion) for _ in range(n)]})
+    return dict(model=model, args=args, processing_class=tokenizer, peft_config=lora, train_dataset=data)
 
 
 def _timed(trainer, name: str, totals: dict, owner=None):
@@ -130,19 +166,26 @@ def _timed(trainer, name: str, totals: dict, owner=None):
 
 def child(case: str, arm: str, steps: int, smoke: bool, checkpointing: bool) -> dict:
     import torch
-    from trl import GRPOTrainer
 
     out = tempfile.mkdtemp(prefix="slimrl-bench-sp-")
-    if case == "synthetic":
-        parts = _synthetic(arm, steps, smoke, checkpointing, out)
-    elif arm == "stock":
-        parts = _recipe_stock(steps, smoke, out)
+    if case == "dpo":
+        from trl import DPOTrainer
+
+        trainer, seam = DPOTrainer(**_dpo(arm, steps, smoke, checkpointing, out)), "_compute_loss"
     else:
-        parts = _recipe_slimrl(arm, steps, smoke, case == "vllm", out)
-    task = parts.pop("task")
-    trainer = GRPOTrainer(reward_funcs=task.reward_funcs, train_dataset=task.train_dataset, **parts)
+        from trl import GRPOTrainer
+
+        if case == "synthetic":
+            parts = _synthetic(arm, steps, smoke, checkpointing, out)
+        elif arm == "stock":
+            parts = _recipe_stock(steps, smoke, out)
+        else:
+            parts = _recipe_slimrl(arm, steps, smoke, case == "vllm", out)
+        task = parts.pop("task")
+        trainer = GRPOTrainer(reward_funcs=task.reward_funcs, train_dataset=task.train_dataset, **parts)
+        seam = "_get_per_token_logps_and_entropies"
     totals: dict[str, float] = {}
-    _timed(trainer, "_get_per_token_logps_and_entropies", totals)
+    _timed(trainer, seam, totals)
     _timed(trainer, "backward", totals, owner=trainer.accelerator)
     cuda = torch.cuda.is_available()
     overall = None if cuda else OverallPeak()
@@ -155,8 +198,12 @@ def child(case: str, arm: str, steps: int, smoke: bool, checkpointing: bool) -> 
     stats = getattr(trainer, "_slimrl_shared_prefix_stats", None)
     positions = stats.positions_forwarded / max(stats.positions_per_row_path, 1) if stats else 1.0
     return {"case": case, "arm": arm, "steps": n, "s_per_step": sum(timed) / len(timed), "peak": peak,
-            "fwd_s": totals.get("_get_per_token_logps_and_entropies", 0.0) / n, "bwd_s": totals.get("backward", 0.0) / n,
+            "fwd_s": totals.get(seam, 0.0) / n, "bwd_s": totals.get("backward", 0.0) / n,
             "positions": positions, "reasons": dict(stats.reasons) if stats else {}}
+
+
+def _ratio(row: dict, base: dict | None, key: str) -> str:
+    return f"{row[key] / base[key]:.2f}" if base else ""
 
 
 def _table(rows: list[dict], markdown: bool) -> str:
@@ -169,10 +216,9 @@ def _table(rows: list[dict], markdown: bool) -> str:
                 lines.append([case, r["arm"], "error"] + [""] * 7)
                 continue
             stock, off = by_arm.get("stock"), by_arm.get("slimrl-off")
-            ratio = lambda key, base: f"{r[key] / base[key]:.2f}" if base else ""  # noqa: E731
-            lines.append([case, r["arm"], f"{r['s_per_step']:.2f}", ratio("s_per_step", stock),
-                          ratio("s_per_step", off), f"{r['peak'] / GiB:.2f}", ratio("peak", off), f"{r['fwd_s']:.2f}",
-                          f"{r['bwd_s']:.2f}", f"{r['positions']:.2f}"])
+            lines.append([case, r["arm"], f"{r['s_per_step']:.2f}", _ratio(r, stock, "s_per_step"),
+                          _ratio(r, off, "s_per_step"), f"{r['peak'] / GiB:.2f}", _ratio(r, off, "peak"),
+                          f"{r['fwd_s']:.2f}", f"{r['bwd_s']:.2f}", f"{r['positions']:.2f}"])
     if markdown:
         return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
                          + ["| " + " | ".join(line) + " |" for line in lines])
@@ -182,13 +228,13 @@ def _table(rows: list[dict], markdown: bool) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cases", nargs="+", default=["recipe", "synthetic", "vllm"],
-                   choices=["recipe", "synthetic", "vllm"])
+    p.add_argument("--cases", nargs="+", default=["recipe", "synthetic", "dpo", "vllm"],
+                   choices=["recipe", "synthetic", "dpo", "vllm"])
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     p.add_argument("--steps", type=int, default=6, help="optimizer steps per run (the first is not timed)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="OMP/MKL threads per process (1 if shared)")
     p.add_argument("--smoke", action="store_true", help="2 steps, 64/16-token synthetic rows, 8-token answers")
-    p.add_argument("--gradient_checkpointing", action="store_true", help="synthetic case: checkpointing on")
+    p.add_argument("--gradient_checkpointing", action="store_true", help="synthetic and dpo: checkpointing on")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--json", help="also write the rows to this file")
     p.add_argument("--child", nargs=2, metavar=("CASE", "ARM"), help=argparse.SUPPRESS)

@@ -48,20 +48,24 @@ def batch(seed: int = 1):
     return ids.masked_fill(mask == 0, 0), mask
 
 
-def per_row(model, ids, mask):
-    """TRL's per-row forward (the labels `_get_per_token_logps_and_entropies` builds)."""
+def trl_labels(ids, mask):
+    """The labels GRPO's `_get_per_token_logps_and_entropies` builds: completion tokens that are not padding."""
     labels = ids.masked_fill(mask == 0, -100)
     labels[:, :-C] = -100
-    out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    return labels
+
+
+def per_row(model, ids, mask):
+    out = model(input_ids=ids, attention_mask=mask, labels=trl_labels(ids, mask), fused_lm_head=True)
     return out.log_probs[:, -C:], out.entropy[:, -C:]
 
 
 def shared(model, ids, mask, mask_fn=sp.attention_mask_4d):
-    packed = sp.pack(ids, mask, C)
+    packed = sp.pack(ids, mask, trl_labels(ids, mask))
     attn = model.config._attn_implementation
     out = model(input_ids=packed.input_ids, attention_mask=mask_fn(packed, attn, torch.float32),
                 position_ids=packed.position_ids, shift_labels=packed.shift_labels, fused_lm_head=True)
-    return sp.unpack(out.log_probs, packed), sp.unpack(out.entropy, packed)
+    return sp.unpack(out.log_probs, packed)[:, -C:], sp.unpack(out.entropy, packed)[:, -C:]
 
 
 def objective(logps, entropies):
@@ -107,16 +111,18 @@ def test_every_verified_family_matches_per_row(model_type):
         assert ref[2][next(n for n, p in model.named_parameters() if p is emb)][prompt_token].abs().sum() > 0
 
 
+@torch.no_grad()
 def packed_hidden(model, ids, mask, mask_fn=sp.attention_mask_4d):
     """Per-row and packed backbone hidden states at the positions that predict completion tokens, `[B, C, H]`."""
     T = ids.shape[1]
     per_row_hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, T - C - 1:T - 1]
-    packed = sp.pack(ids, mask, C)
+    packed = sp.pack(ids, mask, trl_labels(ids, mask))
     attn = mask_fn(packed, model.config._attn_implementation, model.dtype)
     out = model.model(input_ids=packed.input_ids, attention_mask=attn, position_ids=packed.position_ids)
     flat = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])
-    present = (packed.gather_index >= 0)[..., None]
-    return per_row_hidden * present, flat[packed.gather_index.clamp(min=0)] * present
+    index = packed.gather_index[:, -C:]
+    present = (index >= 0)[..., None]
+    return per_row_hidden * present, flat[index.clamp(min=0)] * present
 
 
 def float64_model(model_type: str):
@@ -144,21 +150,48 @@ def test_hidden_states_exact_in_float64(model_type):
 
 def test_pack_layout_and_token_count():
     ids, mask = batch()
-    groups = sp.prompt_groups(ids, mask, C)
-    assert sorted(map(sorted, groups)) == [[0, 2, 5], [1, 4], [3]]
-    assert sp.prompt_groups(ids[[5, 4, 3, 2, 1, 0]], mask[[5, 4, 3, 2, 1, 0]], C) == [
+    labels = trl_labels(ids, mask)
+    groups = sp.prompt_groups(ids, mask, labels)
+    assert sorted(map(sorted, groups)) == [[0, 2, 5], [1, 4]], "row 3 scores nothing: left out"
+    reverse = [5, 4, 3, 2, 1, 0]
+    assert sp.prompt_groups(ids[reverse], mask[reverse], labels[reverse]) == [
         [5 - r for r in g] for g in groups], "canonical order: the same rows pack the same way whatever their order"
-    packed = sp.pack(ids, mask, C, groups)
+    packed = sp.pack(ids, mask, labels, groups)
     assert packed.rows_per_group == [len(g) for g in groups]
-    prompt_tokens = sum(int(mask[g[0], :P - 1].sum()) for g in ([0, 2, 5], [1, 4], [3]))
-    completion_tokens = sum(int(mask[r, P:].nonzero().max()) + 2 for r in (0, 1, 2, 4, 5))  # + the copied token
+    prompt_tokens = int(mask[0, :P - 1].sum()) + int(mask[1, :P - 1].sum())
+    # each scored row: the prompt's last token, then its completion up to the token before its last label
+    completion_tokens = sum(int((labels[r] != -100).nonzero().max()) - (P - 1) for r in (0, 1, 2, 4, 5))
     assert packed.tokens == prompt_tokens + completion_tokens
     assert packed.tokens < 0.6 * ids.numel()
-    assert sp.layout_problem(mask, C) is None
+    assert sp.layout_problem(mask, labels) is None
     right_padded = mask.clone()
     right_padded[0, P - 1] = 0
-    assert "left-padded" in sp.layout_problem(right_padded, C)
-    assert "no prompt" in sp.layout_problem(mask, P + C)
+    assert "left-padded" in sp.layout_problem(right_padded, labels)
+    assert "no prompt" in sp.layout_problem(mask, ids.clone())
+    assert "no row" in sp.layout_problem(mask, torch.full_like(ids, -100))
+
+
+def test_prompt_lengths_may_differ_per_row():
+    """DPO's layout: prompts flushed left, each pair's rows [chosen; rejected] sharing a prompt of its own length."""
+    model = tiny_decoder("llama")
+    g = torch.Generator().manual_seed(5)
+    T, prompt_lens = 14, [4, 6, 3]
+    ids = torch.randint(3, V, (6, T), generator=g)
+    mask = torch.ones(6, T, dtype=torch.long)
+    labels = ids.clone()
+    for pair, p in enumerate(prompt_lens):
+        for row in (pair, pair + 3):  # chosen rows 0..2, rejected rows 3..5
+            ids[row, :p] = ids[pair, :p]
+            labels[row, :p] = -100
+    for row, end in ((0, 11), (4, 9), (5, 12)):  # right padding of different lengths
+        mask[row, end:], labels[row, end:] = 0, -100
+    ref = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    packed = sp.pack(ids, mask, labels)
+    assert packed.rows_per_group == [2, 2, 2] and packed.tokens < 0.8 * int(mask.sum())
+    out = model(input_ids=packed.input_ids, attention_mask=sp.attention_mask_4d(packed, "sdpa", torch.float32),
+                position_ids=packed.position_ids, shift_labels=packed.shift_labels, fused_lm_head=True)
+    for name in ("log_probs", "entropy"):
+        assert_close(sp.unpack(getattr(out, name), packed), getattr(ref, name), name)
 
 
 def test_lora_gradients_match():

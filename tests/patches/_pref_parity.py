@@ -111,15 +111,18 @@ def build_trainer(algorithm: str, model, args, peft_config=None, train_dataset=N
 
 
 def build_pair(algorithm: str, model_factory, config_kwargs: dict, output_dir: str, peft_config=None,
-               num_chunks: int | None = None, data_kind: str | None = None, patched_model_setup=None):
+               num_chunks: int | None = None, data_kind: str | None = None, patched_model_setup=None,
+               patched_config: dict | None = None):
     """(stock, patched) trainers on identical models; `num_chunks` goes to the patched config's slimrl_num_chunks,
-    `patched_model_setup(model)` prepares the patched side's model only (e.g. FastLanguageModel's checkpointing)."""
+    `patched_model_setup(model)` prepares the patched side's model only (e.g. FastLanguageModel's checkpointing),
+    `patched_config` (slimrl-only fields) goes to the patched config alone."""
     kind = data_kind or DATA_KIND[algorithm]
     with P.stock_state():
         stock = build_trainer(algorithm, model_factory(), make_config(algorithm, output_dir, **config_kwargs),
                               peft_config, dataset(kind))
     with P.patched_state(algorithm):
         extra = {} if num_chunks is None else {"slimrl_num_chunks": num_chunks}
+        extra.update(patched_config or {})
         model = model_factory()
         if patched_model_setup is not None:
             model = patched_model_setup(model)

@@ -35,7 +35,16 @@ def _factory(kind, saved_model):
     return lambda: P.tiny_model(0)
 
 
-def _run(algorithm, tmp_path, kind, saved_model, config, lora, chunks=None, checkpointing=None):
+# Sharing changes float32 rounding (other shapes, other summation orders); where a quantity is ill-conditioned the
+# two float32 results land further apart than the suite's 1e-5, each as close to a float64 run of stock TRL as the
+# other. Measured against that float64 run (per-token log-probs: stock 4e-8, shared 5e-8 in both cases):
+#   vespo: second-step loss (cancels most of its terms) error 1.8e-6 stock, 4.4e-6 shared -> 2e-5 apart;
+#   lora-beta0-ga2-entropybonus: last micro-step gradient error 1.15e-5 stock, 2.5e-6 shared -> 1.3e-5 apart.
+# The packing itself is exact to 1e-12 in float64 (tests/ops/test_shared_prefix_op.py).
+RTOL = {"vespo": 3e-5, "lora-beta0-ga2-entropybonus": 3e-5}
+
+
+def _run(algorithm, tmp_path, kind, saved_model, config, lora, chunks=None, checkpointing=None, rtol=P.RTOL):
     stock, patched = P.build_pair(algorithm, _factory(kind, saved_model), config, str(tmp_path),
                                   peft_config=P.lora_config() if lora else None, num_chunks=chunks,
                                   patched_config=SHARE)
@@ -49,7 +58,7 @@ def _run(algorithm, tmp_path, kind, saved_model, config, lora, chunks=None, chec
         apply_checkpointing(patched.model, checkpointing)
         assert is_checkpointing_active(stock.model) and is_checkpointing_active(patched.model)
     traces = P.run_pair(algorithm, stock, patched)
-    P.assert_traces_match(*traces)
+    P.assert_traces_match(*traces, rtol=rtol)
     stats = SP.shared_prefix_stats(patched)
     assert stats.shared_calls > 0, f"the shared-prefix path was not taken: {stats}"
     assert stats.positions_forwarded < stats.positions_per_row_path, stats
@@ -65,7 +74,8 @@ def test_grpo_loss_types_shared(tmp_path, unpatched, saved_model, loss_type):
     level = "sequence" if loss_type in ("luspo", "grpo") else "token"  # LUSPO requires it; GRPO covers GSPO
     config = dict(loss_type=loss_type, importance_sampling_level=level, beta=0.04, num_iterations=2,
                   per_device_train_batch_size=4, num_generations=2, max_completion_length=7)
-    stock, _, (s, _), stats = _run("grpo", tmp_path, "memory", saved_model, config, lora=True, chunks=3)
+    stock, _, (s, _), stats = _run("grpo", tmp_path, "memory", saved_model, config, lora=True, chunks=3,
+                                   rtol=RTOL.get(loss_type, P.RTOL))
     assert all("old_per_token_logps" in x and "ref_per_token_logps" in x for x in s.inputs)
     assert max(stock._metrics["train"]["kl"]) > 0
     assert stats.shared_calls >= 4 and not stats.fallback_calls  # policy x2, old-policy, reference
@@ -95,7 +105,7 @@ TARGETED = {
 @pytest.mark.parametrize("case", list(TARGETED))
 def test_grpo_targeted_shared(tmp_path, unpatched, saved_model, case):
     kind, lora, chunks, checkpointing, config = TARGETED[case]
-    _run("grpo", tmp_path, kind, saved_model, config, lora, chunks, checkpointing)
+    _run("grpo", tmp_path, kind, saved_model, config, lora, chunks, checkpointing, rtol=RTOL.get(case, P.RTOL))
 
 
 RLOO_CASES = {

@@ -13,10 +13,11 @@ adapter disabled or `ref_model`), `_precompute_ref_logps` and its cache, the dat
 
 from .preference_common import preference_trainer_patches
 from .registry import register
+from .shared_prefix import dpo_shared_prefix_patches
 
 for _patch in preference_trainer_patches(
     "dpo", "trl.trainer.dpo_trainer.DPOTrainer", "trl.trainer.dpo_config.DPOConfig",
     ("self", "model", "ref_model", "args", "data_collator", "train_dataset", "eval_dataset", "processing_class"),
     fused_head_module="trl.trainer.dpo_trainer",
-):
+) + dpo_shared_prefix_patches():
     register(_patch)

@@ -1,27 +1,31 @@
-"""Shared-prefix training forwards for GRPO and RLOO: each distinct prompt of a forward's rows computed once.
+"""Shared-prefix training forwards: each distinct prompt among a forward's rows computed once (GRPO, RLOO, DPO).
 
-The override is on `_get_per_token_logps_and_entropies` (policy, old-policy and reference forwards all pass through
-it); the packing itself is `slimrl.ops.shared_prefix`. Choices, and why:
-1. Config field `slimrl_shared_prefix`: "auto" (default) | True | False. False is TRL's per-row path untouched.
-   True shares wherever it can apply. "auto" shares where the estimated work (`estimated_cost_ratio`: linear-layer
-   FLOPs per forwarded position plus dense attention FLOPs per query/key pair, packed vs per-row) is at most
+The packing itself is `slimrl.ops.shared_prefix`. Choices, and why:
+1. Where: TRL's log-prob seams (GRPO/RLOO `_get_per_token_logps_and_entropies`, through which the policy, old-policy
+   and reference forwards all pass; DPO `_compute_loss` and `compute_ref_log_probs`) run unchanged, inside a context
+   that wraps the fused log-prob forward of the trainer's models (policy and reference, on the instance, restored on
+   exit). TRL's own code still builds the rows, labels, row chunks (`batch_size`), adapter switching and slicing; a
+   `model(..., labels=..., fused_lm_head=True)` call it makes gets the packed forward's outputs in its own layout.
+2. Config field `slimrl_shared_prefix`: "auto" (default) | True | False. False is TRL's forward untouched. True
+   shares wherever it can apply. "auto" shares where the estimated work (`estimated_cost_ratio`: linear-layer FLOPs
+   per forwarded position plus dense attention FLOPs per query/key pair, packed vs per-row) is at most
    `AUTO_MAX_COST_RATIO`; the measurement behind the threshold is in docs/README-shared-prefix.md.
-2. Identical prompts are found inside each row chunk TRL would forward (`batch_size`), by comparing prompt ids and
-   mask: TRL shuffles the generation batch before splitting it into micro-batches, so a micro-batch holds a varying
-   number of completions per prompt; the shuffling (and so the numbers) stay TRL's.
-3. Falls back to TRL's path, logging the reason once per trainer (info under "auto", warning when forced True):
-   multimodal inputs, a MoE aux loss (it counts every prompt token per row), an attention implementation other than
-   SDPA/eager, a model type not verified here, a sliding window shorter than the rows, prompts that are not
-   left-padded, no prompt repeated among the rows; under "auto" also active dropout (a shared prompt would share its
-   dropout mask) and a cost estimate above the threshold.
-4. Observable: `shared_prefix_stats(trainer)` counts forwarded positions, those TRL's path would forward, and calls
-   taken each way, so tests show the path was really taken.
+3. Identical prompts are found among the rows of each forward call, by comparing ids and mask before the first
+   label: TRL shuffles the generation batch before splitting it into micro-batches, so a micro-batch holds a
+   varying number of completions per prompt; the shuffling (and so the numbers) stay TRL's.
+4. Falls back to TRL's forward, logging the reason once per trainer (info under "auto", warning when forced True):
+   multimodal or other extra inputs, a MoE aux loss (it counts every prompt token per row), an attention
+   implementation other than SDPA/eager, a model type not verified here, a sliding window shorter than the rows,
+   prompts that are not left-padded, no prompt repeated among the rows; under "auto" also active dropout (a shared
+   prompt would share its dropout mask) and a cost estimate above the threshold.
+5. Observable: `shared_prefix_stats(trainer)` counts forwarded positions, those TRL's forward would process, and
+   forwards taken each way, so tests show the path was really taken.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import inspect
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -52,8 +56,8 @@ def validate_shared_prefix(value):
 class SharedPrefixStats:
     """What the shared-prefix override did on one trainer."""
 
-    shared_calls: int = 0  # row chunks forwarded packed
-    fallback_calls: int = 0  # calls (or row chunks) left to TRL's per-row path
+    shared_calls: int = 0  # model forwards run packed
+    fallback_calls: int = 0  # model forwards left to TRL's per-row path
     positions_forwarded: int = 0  # model positions actually forwarded (packed rows x length, or rows x columns)
     positions_per_row_path: int = 0  # what TRL's per-row path forwards for the same calls
     reasons: Counter = field(default_factory=Counter)  # fallback reason -> calls
@@ -132,85 +136,137 @@ def _note(trainer, reason: str, setting) -> None:
     stats.reasons[reason] += 1
 
 
-def _count_fallback(trainer, input_ids) -> None:
+def _count(trainer, shared: bool, positions: int, per_row_positions: int) -> None:
     stats = shared_prefix_stats(trainer)
-    stats.fallback_calls += 1
-    stats.positions_forwarded += input_ids.numel()
-    stats.positions_per_row_path += input_ids.numel()
+    if shared:
+        stats.shared_calls += 1
+    else:
+        stats.fallback_calls += 1
+    stats.positions_forwarded += positions
+    stats.positions_per_row_path += per_row_positions
 
 
-def _shared_chunk(trainer, model, base, input_ids, attention_mask, logits_to_keep, compute_entropy, setting):
-    """(logps, entropies) of one row chunk through the packed forward, or a fallback reason string."""
+PLAIN_KWARGS = frozenset({"input_ids", "attention_mask", "use_cache"})
+
+
+def _problem(base, kwargs: dict, labels, setting) -> str | None:
+    arguments = {**kwargs, "compute_aux_loss": kwargs.get("output_router_logits")}
+    input_ids, attention_mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+    if input_ids is None or attention_mask is None or attention_mask.dim() != 2:
+        return "the forward got no input_ids or no 2D attention_mask"
+    reason = model_problem(base, arguments, input_ids.shape[1], setting)
+    extra = sorted(k for k, v in kwargs.items() if v is not None and k not in PLAIN_KWARGS | {"output_router_logits"})
+    if reason is None and extra:
+        reason = f"the forward got other inputs ({', '.join(extra)})"
+    if reason is None:
+        from ..ops.shared_prefix import layout_problem
+
+        reason = layout_problem(attention_mask, labels)
+    return reason
+
+
+def _packed_output(trainer, base, inner, labels, num_items_in_batch, kwargs, setting):
+    """The fused head's output for the rows, through the packed forward; or a fallback reason string."""
+    from trl.trainer.utils import FusedCausalLMOutput
+
     from ..ops import shared_prefix as op
 
-    reason = op.layout_problem(attention_mask, logits_to_keep)
+    reason = _problem(base, kwargs, labels, setting)
     if reason is not None:
         return reason
-    groups = op.prompt_groups(input_ids, attention_mask, logits_to_keep)
-    if len(groups) == input_ids.shape[0]:
+    input_ids, attention_mask = kwargs["input_ids"], kwargs["attention_mask"]
+    groups = op.prompt_groups(input_ids, attention_mask, labels)
+    if max(len(g) for g in groups) == 1:
         return "no prompt is repeated among the rows of a forward"
-    packed = op.pack(input_ids, attention_mask, logits_to_keep, groups)
-    rows, seq_len = input_ids.shape
-    packed_rows, packed_len = packed.input_ids.shape
-    if setting == AUTO:
-        ratio = estimated_cost_ratio(base.config, rows, seq_len, packed_rows, packed_len)
-        if ratio > AUTO_MAX_COST_RATIO:
-            return f"estimated work ratio above {AUTO_MAX_COST_RATIO} (prompts too short next to the completions)"
-    dtype = base.get_input_embeddings().weight.dtype
-    mask = op.attention_mask_4d(packed, base.config._attn_implementation, dtype)
-    with trainer.accelerator.autocast():
-        outputs = model(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids,
-                        shift_labels=packed.shift_labels, fused_lm_head=True)
-    stats = shared_prefix_stats(trainer)
-    stats.shared_calls += 1
-    stats.positions_forwarded += packed_rows * packed_len
-    stats.positions_per_row_path += rows * seq_len
-    entropies = op.unpack(outputs.entropy, packed) if compute_entropy else None
-    return op.unpack(outputs.log_probs, packed), entropies
+    packed = op.pack(input_ids, attention_mask, labels, groups)
+    (rows, seq_len), (packed_rows, packed_len) = input_ids.shape, packed.input_ids.shape
+    if setting == AUTO and estimated_cost_ratio(base.config, rows, seq_len, packed_rows, packed_len) > AUTO_MAX_COST_RATIO:
+        return f"estimated work ratio above {AUTO_MAX_COST_RATIO} (prompts too short next to the completions)"
+    mask = op.attention_mask_4d(packed, base.config._attn_implementation, base.get_input_embeddings().weight.dtype)
+    out = inner(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids,
+                shift_labels=packed.shift_labels, fused_lm_head=True)
+    _count(trainer, True, packed_rows * packed_len, rows * seq_len)
+    names = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+    grid = {name: None if getattr(out, name) is None else op.unpack(getattr(out, name), packed) for name in names}
+    label_mask = labels[:, 1:] != op.IGNORE
+    denominator = label_mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+    return FusedCausalLMOutput(loss=-grid["log_probs"].sum() / denominator, label_mask=label_mask, aux_loss=None,
+                               **grid)
 
 
-def make_get_per_token_logps(original):
-    """Wrap TRL's `_get_per_token_logps_and_entropies` (GRPO and RLOO have the same signature)."""
-    signature = inspect.signature(original)
+def _sharing_forward(trainer, base, inner, setting):
+    """The instance forward installed on `base` while a seam runs: packed when it can, `inner` (the head) if not."""
+
+    @functools.wraps(inner)
+    def forward(*args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs):
+        def plain():
+            return inner(*args, fused_lm_head=fused_lm_head, labels=labels, shift_labels=shift_labels,
+                         num_items_in_batch=num_items_in_batch, **kwargs)
+
+        if not fused_lm_head or labels is None or shift_labels is not None or args:
+            return plain()
+        result = _packed_output(trainer, base, inner, labels, num_items_in_batch, kwargs, setting)
+        if isinstance(result, str):
+            _note(trainer, result, setting)
+            positions = kwargs["input_ids"].numel() if kwargs.get("input_ids") is not None else 0
+            _count(trainer, False, positions, positions)
+            return plain()
+        return result
+
+    forward.__slimrl_shared_prefix__ = True
+    return forward
+
+
+@contextlib.contextmanager
+def sharing_forwards(trainer):
+    """Wrap the fused forward of the trainer's policy and reference models (instance attribute) for the duration."""
+    setting = getattr(trainer.args, CONFIG_FIELD, AUTO)
+    installed = []
+    for model in (getattr(trainer, "model", None), getattr(trainer, "ref_model", None)):
+        if model is None:
+            continue
+        base = _base_model(trainer, model)
+        inner = base.__dict__.get("forward")  # the fused head TRL installed on the instance
+        if inner is None or getattr(inner, "__slimrl_shared_prefix__", False):
+            continue
+        base.forward = _sharing_forward(trainer, base, inner, setting)
+        installed.append((base, inner))
+    try:
+        yield
+    finally:
+        for base, inner in installed:
+            base.forward = inner
+
+
+def make_sharing_seam(original):
+    """Wrap a TRL method that runs log-prob forwards (any signature) in `sharing_forwards`."""
 
     @functools.wraps(original)
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        import torch
-
-        setting = getattr(self.args, CONFIG_FIELD, AUTO)
-        if setting is False:
+    def seam(self, *args, **kwargs):
+        if getattr(self.args, CONFIG_FIELD, AUTO) is False:
             return original(self, *args, **kwargs)
-        arguments = signature.bind_partial(self, *args, **kwargs).arguments
-        model, input_ids, attention_mask = arguments["model"], arguments["input_ids"], arguments["attention_mask"]
-        logits_to_keep, compute_entropy = arguments["logits_to_keep"], arguments.get("compute_entropy", False)
-        base = _base_model(self, model)
-        reason = model_problem(base, arguments, input_ids.shape[1], setting)
-        if reason is not None:
-            _note(self, reason, setting)
-            _count_fallback(self, input_ids)
+        with sharing_forwards(self):
             return original(self, *args, **kwargs)
-        rows = input_ids.shape[0]
-        batch_size = arguments.get("batch_size") or rows
-        logps, entropies = [], []
-        for start in range(0, rows, batch_size):  # TRL's row chunks: the same memory bound per forward
-            ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
-            result = _shared_chunk(self, model, base, ids, mask, logits_to_keep, compute_entropy, setting)
-            if isinstance(result, str):
-                _note(self, result, setting)
-                _count_fallback(self, ids)
-                result = original(self, model, ids, mask, logits_to_keep, compute_entropy=compute_entropy)[:2]
-            logps.append(result[0])
-            entropies.append(result[1])
-        return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
-    return _get_per_token_logps_and_entropies
+    return seam
 
 
 def shared_prefix_patches(algorithm: str, module: str, trainer: str):
-    """The Patch entries for one trainer class (GRPOTrainer, RLOOTrainer)."""
+    """The Patch entries for GRPOTrainer / RLOOTrainer."""
     from .registry import Patch
 
     params = ("self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
               "compute_aux_loss")
-    return [Patch(algorithm, f"{module}.{trainer}", "_get_per_token_logps_and_entropies", params,
-                  make_get_per_token_logps, "each distinct prompt forwarded once (shared-prefix packing)")]
+    return [Patch(algorithm, f"{module}.{trainer}", "_get_per_token_logps_and_entropies", params, make_sharing_seam,
+                  "each distinct prompt forwarded once (shared-prefix packing)")]
+
+
+def dpo_shared_prefix_patches():
+    """The Patch entries for DPOTrainer: its policy and reference forwards."""
+    from .registry import Patch
+
+    owner = "trl.trainer.dpo_trainer.DPOTrainer"
+    return [Patch("dpo", owner, "_compute_loss", ("self", "model", "inputs", "return_outputs"), make_sharing_seam,
+                  "the prompt forwarded once for chosen and rejected (shared-prefix packing)"),
+            Patch("dpo", owner, "compute_ref_log_probs", ("self", "model", "inputs"), make_sharing_seam,
+                  "the prompt forwarded once for chosen and rejected (reference pass)")]
