@@ -233,9 +233,13 @@ def test_config_field(tmp_path, unpatched):
 
 
 def test_auto_rule():
-    """'auto' shares when prompts are long next to completions, not when completions dominate the rows."""
-    config = P.tiny_llama(hidden_size=576, num_heads=9, num_kv_heads=3, intermediate_size=1536).config
-    # 8 completions of 16 tokens after a 150-token prompt (the slimrl grpo recipe): packed 149 + 8 x 17 positions
-    assert SP.estimated_cost_ratio(config, 8, 166, 1, 149 + 8 * 17) < 0.3
+    """'auto' shares when prompts are long next to completions, not when completions dominate the rows, nor when
+    the forward is tiny."""
+    config = P.tiny_llama(hidden_size=576, num_heads=9, num_kv_heads=3, intermediate_size=1536, num_layers=30).config
+    # 8 completions of 16 tokens after a 150-token prompt (the slimrl grpo recipe): packed 149 + 8 x 16 positions
+    assert SP.estimated_cost_ratio(config, 8, 166, 1, 149 + 8 * 16) < 0.3
+    assert SP.auto_refusal(config, 8, 166, 1, 149 + 8 * 16) is None
     # 8 completions of 1024 tokens after a 16-token prompt: the dense packed row costs more than it saves
-    assert SP.estimated_cost_ratio(config, 8, 1040, 1, 15 + 8 * 1025) > SP.AUTO_MAX_COST_RATIO
+    assert "ratio" in SP.auto_refusal(config, 8, 1040, 1, 15 + 8 * 1024)
+    tiny = P.tiny_model(0).config  # the parity suites' model: 2 x 32
+    assert "FLOPs" in SP.auto_refusal(tiny, 4, 15, 2, 12)

@@ -141,17 +141,36 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Te
                              [len(g) for g in groups])
 
 
+def _segment_starts(segment: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per position, the packed index where its segment starts (prompt: 0); per row, the prompt's token count."""
+    U, L = segment.shape
+    idx = torch.arange(L, device=segment.device).expand(U, L)
+    is_start = torch.ones_like(segment, dtype=torch.bool)
+    is_start[:, 1:] = segment[:, 1:] != segment[:, :-1]
+    is_start |= segment == FILLER_SEGMENT  # each filler is a segment of its own
+    starts = torch.where(is_start, idx, 0).cummax(dim=1).values
+    return torch.where(segment == PROMPT_SEGMENT, 0, starts), (segment == PROMPT_SEGMENT).sum(dim=1)
+
+
 def attention_mask_4d(packed: PackedPrefixBatch, attn_implementation: str, dtype: torch.dtype) -> torch.Tensor:
-    """`[U, 1, L, L]` mask: a query sees valid keys at earlier-or-equal columns of the prompt or of its own segment."""
-    seg, col, key_valid = packed.segment, packed.position_ids, packed.key_valid
-    k_seg = seg[:, None, :]
-    allowed = key_valid[:, None, :] & (col[:, None, :] <= col[:, :, None])
-    allowed &= (k_seg == PROMPT_SEGMENT) | (k_seg == seg[:, :, None])
-    L = seg.shape[1]
-    eye = torch.eye(L, dtype=torch.bool, device=seg.device)
-    allowed = torch.where((seg == FILLER_SEGMENT)[:, :, None], eye, allowed)[:, None]
+    """`[U, 1, L, L]` mask: a query sees the valid keys of the prompt and of its own segment, causally.
+
+    Segments are contiguous and their columns increase along the packed row, so "earlier-or-equal column of the
+    prompt or of the own segment" is "packed index <= the query's, and >= the start of its segment or inside the
+    prompt": four in-place passes over one `[U, L, L]` boolean tensor. Fillers attend to themselves.
+    """
+    segment, key_valid = packed.segment, packed.key_valid
+    U, L = segment.shape
+    idx = torch.arange(L, device=segment.device)
+    starts, prompt_len = _segment_starts(segment)
+    allowed = idx[None, None, :] >= starts[:, :, None]
+    allowed |= idx[None, None, :] < prompt_len[:, None, None]
+    allowed &= idx[None, None, :] <= idx[None, :, None]
+    allowed &= key_valid[:, None, :]
+    allowed.diagonal(dim1=1, dim2=2).logical_or_(segment == FILLER_SEGMENT)
+    allowed = allowed[:, None]
     if attn_implementation == "eager":
-        return torch.zeros((), dtype=dtype, device=seg.device).masked_fill(~allowed, torch.finfo(dtype).min)
+        return torch.zeros((), dtype=dtype, device=segment.device).masked_fill(~allowed, torch.finfo(dtype).min)
     return allowed
 
 

@@ -9,7 +9,8 @@ The packing itself is `slimrl.ops.shared_prefix`. Choices, and why:
 2. Config field `slimrl_shared_prefix`: "auto" (default) | True | False. False is TRL's forward untouched. True
    shares wherever it can apply. "auto" shares where the estimated work (`estimated_cost_ratio`: linear-layer FLOPs
    per forwarded position plus dense attention FLOPs per query/key pair, packed vs per-row) is at most
-   `AUTO_MAX_COST_RATIO`; the measurement behind the threshold is in docs/README-shared-prefix.md.
+   `AUTO_MAX_COST_RATIO` and the per-row forward is at least `AUTO_MIN_FLOPS`; the measurements behind both are in
+   docs/README-shared-prefix.md.
 3. Identical prompts are found among the rows of each forward call, by comparing ids and mask before the first
    label: TRL shuffles the generation batch before splitting it into micro-batches, so a micro-batch holds a
    varying number of completions per prompt; the shuffling (and so the numbers) stay TRL's.
@@ -34,8 +35,10 @@ logger = logging.getLogger("slimrl")
 
 CONFIG_FIELD = "slimrl_shared_prefix"
 AUTO = "auto"
-# "auto" shares when the packed forward's estimated work is at most this fraction of the per-row forward's
+# "auto" shares when the packed forward's estimated work is at most this fraction of the per-row forward's, and the
+# per-row forward is not tiny (below ~1e7 FLOPs the packing's own cost, ~1 ms, is what sharing would save)
 AUTO_MAX_COST_RATIO = 0.7
+AUTO_MIN_FLOPS = 1e7
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 # Decoder model types whose forward was checked against the per-row forward (tests/ops/test_shared_prefix_op.py)
 VERIFIED_MODEL_TYPES = frozenset({"llama", "mistral", "ministral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma",
@@ -117,15 +120,27 @@ def _linear_flops_per_position(config) -> float:
     return 2.0 * (hidden * (q_dim + 2 * kv_dim) + q_dim * hidden + 3 * hidden * intermediate)
 
 
-def estimated_cost_ratio(config, rows: int, seq_len: int, packed_rows: int, packed_len: int) -> float:
-    """Packed / per-row forward work: positions x linear FLOPs + dense query-key pairs x attention FLOPs."""
+def forward_flops(config, rows: int, length: int) -> float:
+    """Estimated forward FLOPs of `rows` x `length` positions: projections and MLP, plus dense attention pairs."""
     config = config.get_text_config()
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     linear, pair = _linear_flops_per_position(config), 4.0 * heads * head_dim  # QK^T and PV
-    packed = packed_rows * (packed_len * linear + packed_len**2 * pair)
-    per_row = rows * (seq_len * linear + seq_len**2 * pair)
-    return packed / per_row
+    return config.num_hidden_layers * rows * (length * linear + length**2 * pair)
+
+
+def estimated_cost_ratio(config, rows: int, seq_len: int, packed_rows: int, packed_len: int) -> float:
+    """Packed / per-row forward work."""
+    return forward_flops(config, packed_rows, packed_len) / forward_flops(config, rows, seq_len)
+
+
+def auto_refusal(config, rows: int, seq_len: int, packed_rows: int, packed_len: int) -> str | None:
+    """Why "auto" keeps TRL's forward for this packing (None: share)."""
+    if forward_flops(config, rows, seq_len) < AUTO_MIN_FLOPS:
+        return f"the forward is under {AUTO_MIN_FLOPS:.0e} FLOPs: packing would cost about what it saves"
+    if estimated_cost_ratio(config, rows, seq_len, packed_rows, packed_len) > AUTO_MAX_COST_RATIO:
+        return f"estimated work ratio above {AUTO_MAX_COST_RATIO} (prompts too short next to the completions)"
+    return None
 
 
 def _note(trainer, reason: str, setting) -> None:
@@ -180,8 +195,9 @@ def _packed_output(trainer, base, inner, labels, num_items_in_batch, kwargs, set
         return "no prompt is repeated among the rows of a forward"
     packed = op.pack(input_ids, attention_mask, labels, groups)
     (rows, seq_len), (packed_rows, packed_len) = input_ids.shape, packed.input_ids.shape
-    if setting == AUTO and estimated_cost_ratio(base.config, rows, seq_len, packed_rows, packed_len) > AUTO_MAX_COST_RATIO:
-        return f"estimated work ratio above {AUTO_MAX_COST_RATIO} (prompts too short next to the completions)"
+    refusal = auto_refusal(base.config, rows, seq_len, packed_rows, packed_len) if setting == AUTO else None
+    if refusal is not None:
+        return refusal
     mask = op.attention_mask_4d(packed, base.config._attn_implementation, base.get_input_embeddings().weight.dtype)
     out = inner(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids,
                 shift_labels=packed.shift_labels, fused_lm_head=True)
