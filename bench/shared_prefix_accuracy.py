@@ -20,9 +20,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "patches"))
 
-import torch  # noqa: E402
-
 import _parity as P  # noqa: E402
+import torch  # noqa: E402
 
 
 def _peft_model(dtype=torch.float32):
