@@ -146,8 +146,8 @@ def sweep(shape: str) -> None:
         estimate = estimated_cost_ratio(model.config, *data[0].shape, *pk.input_ids.shape)
         times = {"per-row": [], "packed": []}
         for _ in range(3):
-            for arm in times:
-                times[arm].append(step(model, ARMS[arm], data))
+            for arm, measured in times.items():
+                measured.append(step(model, ARMS[arm], data))
         ratio = min(times["packed"]) / min(times["per-row"])
         print(f"| {shape} | {prompt} | {completion} | {prompts} | {estimate:.2f} | {ratio:.2f} |", flush=True)
 
