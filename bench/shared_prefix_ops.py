@@ -12,6 +12,9 @@ completion 128, and SmolLM2-135M's shape (30 x 576, V=49152) at prompt 150 / com
 
 `--sweep`: for prompt / completion lengths and prompts per batch, the estimate of `estimated_cost_ratio` next to the
 measured packed / per-row time (min of 3, interleaved in one process), on a 4 x 256 and a 4 x 576 model.
+
+`--small`: the same ratio on tiny forwards (the parity suites' 2 x 32 model and up), next to the per-row forward's
+FLOPs (`forward_flops`): where packing's own cost (~1 ms) eats the saving, the basis of `AUTO_MIN_FLOPS`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ SHAPES = {  # name: (tiny_llama kwargs, prompt, completion)
                      intermediate_size=1536, tie_word_embeddings=True), 150, 16),
     "4x576": (dict(vocab_size=49152, hidden_size=576, num_layers=4, num_heads=9, num_kv_heads=3,
                    intermediate_size=1536, tie_word_embeddings=True), None, None),
+    "2x32": (dict(vocab_size=512, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2), 8, 7),
+    "2x64": (dict(vocab_size=1024, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2), 24, 8),
+    "4x128": (dict(vocab_size=4096, hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2), 64, 16),
 }
 SWEEP = [(150, 16, 2), (512, 128, 1), (64, 128, 1), (32, 64, 4), (16, 256, 1), (16, 512, 1)]
 
@@ -49,16 +55,16 @@ def model_for(shape: str):
     return model
 
 
-def batch(prompt: int, completion: int, prompts: int, rows: int = 8):
+def batch(prompt: int, completion: int, prompts: int, rows: int = 8, vocab: int = 1000):
     """`rows` completions of `prompts` prompts (10% left padding), interleaved as TRL's shuffle leaves them, ragged."""
     import torch
 
     g = torch.Generator().manual_seed(0)
-    texts = torch.randint(3, 1000, (prompts, prompt), generator=g)
+    texts = torch.randint(3, vocab, (prompts, prompt), generator=g)
     prompt_mask = torch.ones_like(texts)
     prompt_mask[:, : prompt // 10] = 0
     which = torch.arange(rows) % prompts
-    ids = torch.cat([texts[which], torch.randint(3, 1000, (rows, completion), generator=g)], 1)
+    ids = torch.cat([texts[which], torch.randint(3, vocab, (rows, completion), generator=g)], 1)
     mask = torch.cat([prompt_mask[which], torch.ones(rows, completion, dtype=torch.long)], 1)
     for r in range(rows):
         mask[r, prompt + completion - (r * completion) // 16:] = 0
@@ -152,10 +158,26 @@ def sweep(shape: str) -> None:
         print(f"| {shape} | {prompt} | {completion} | {prompts} | {estimate:.2f} | {ratio:.2f} |", flush=True)
 
 
+def small() -> None:
+    from slimrl.patches.shared_prefix import forward_flops
+
+    for shape, rows, prompts in (("2x32", 4, 2), ("2x64", 8, 2), ("4x128", 8, 1)):
+        model = model_for(shape)
+        data = batch(SHAPES[shape][1], SHAPES[shape][2], prompts, rows, vocab=min(1000, model.config.vocab_size))
+        times = {"per-row": [], "packed": []}
+        for _ in range(5):
+            for arm, measured in times.items():
+                measured.append(step(model, ARMS[arm], data))
+        flops = forward_flops(model.config, *data[0].shape)
+        print(f"| {shape} | {rows} x {data[0].shape[1]} | {flops:.1e} | {1000 * min(times['per-row']):.1f} | "
+              f"{1000 * min(times['packed']):.1f} | {min(times['packed']) / min(times['per-row']):.2f} |", flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mechanisms", action="store_true")
     p.add_argument("--sweep", action="store_true")
+    p.add_argument("--small", action="store_true")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--child", nargs=2, metavar=("SHAPE", "ARM"), help=argparse.SUPPRESS)
@@ -177,6 +199,10 @@ def main(argv=None) -> int:
         print("| model | prompt | completion | prompts per batch | estimate | measured |\n|---|---|---|---|---|---|")
         for shape in ("4x256", "4x576"):
             sweep(shape)
+    if a.small:
+        pin_threads(a.threads)
+        print("| model | rows x length | per-row FLOPs | per-row ms | packed ms | ratio |\n|---|---|---|---|---|---|")
+        small()
     return 0
 
 

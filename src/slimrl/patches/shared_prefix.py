@@ -36,9 +36,9 @@ logger = logging.getLogger("slimrl")
 CONFIG_FIELD = "slimrl_shared_prefix"
 AUTO = "auto"
 # "auto" shares when the packed forward's estimated work is at most this fraction of the per-row forward's, and the
-# per-row forward is not tiny (below ~1e7 FLOPs the packing's own cost, ~1 ms, is what sharing would save)
+# per-row forward is not tiny (below ~1e8 FLOPs the packing's own cost, a few ms, is what sharing would save)
 AUTO_MAX_COST_RATIO = 0.7
-AUTO_MIN_FLOPS = 1e7
+AUTO_MIN_FLOPS = 1e8
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 # Decoder model types whose forward was checked against the per-row forward (tests/ops/test_shared_prefix_op.py)
 VERIFIED_MODEL_TYPES = frozenset({"llama", "mistral", "ministral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma",
