@@ -30,6 +30,9 @@ from _reference import naive_fused_lm_head
 V, PROMPT, C = 300, 7, 5
 OUTPUTS = ("log_probs", "entropy")
 EAGER_ONLY = {"gemma2"}  # transformers refuses SDPA for it
+# MoE families at tiny sizes too (qwen3_moe's defaults, 128 experts of 768, take ~40 s here)
+MOE_SIZES = {"qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64),
+             "mixtral": dict(num_local_experts=4, num_experts_per_tok=2)}
 
 
 def tiny_decoder(model_type: str, seed: int = 0, attn: str = "sdpa"):
@@ -37,7 +40,7 @@ def tiny_decoder(model_type: str, seed: int = 0, attn: str = "sdpa"):
 
     config = AutoConfig.for_model(model_type, vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
-                                  pad_token_id=0, bos_token_id=1, eos_token_id=2)
+                                  pad_token_id=0, bos_token_id=1, eos_token_id=2, **MOE_SIZES.get(model_type, {}))
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, attn_implementation=attn)
     add_fused_lm_head(model, outputs=OUTPUTS)

@@ -17,7 +17,7 @@ import torch
 from slimrl.patches import shared_prefix as SP
 from slimrl.patches import shared_prefix_rules as rules
 from slimrl.state import transformers_model
-from slimrl.testing import tiny_llama
+from slimrl.testing import tiny_llama, tiny_llama_config
 
 import _parity as P
 import _rl_parity as R
@@ -245,7 +245,7 @@ def test_config_field(tmp_path, unpatched):
 def test_auto_rule():
     """'auto' shares when prompts are long next to completions, not when completions dominate the rows, nor when
     the forward is tiny."""
-    config = tiny_llama(hidden_size=576, num_heads=9, num_kv_heads=3, intermediate_size=1536, num_layers=30).config
+    config = tiny_llama_config(hidden_size=576, num_heads=9, num_kv_heads=3, intermediate_size=1536, num_layers=30)
     # 8 completions of 16 tokens after a 150-token prompt (the slimrl grpo recipe): packed 149 + 8 x 16 positions
     assert rules.estimated_cost_ratio(config, 8, 166, 1, 149 + 8 * 16) < 0.3
     assert rules.auto_refusal(config, 8, 166, 1, 149 + 8 * 16) is None
