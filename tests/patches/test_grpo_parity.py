@@ -28,13 +28,7 @@ def _model_factory(kind, saved_model):
     if kind == "saved":
         return lambda: T.load_tiny(saved_model)
     if kind == "peft_model":  # the user wraps the model; TRL then copies the adapter as the frozen reference
-        def make():
-            from peft import get_peft_model
-
-            model = T.tiny_model(0)
-            torch.manual_seed(7)
-            return get_peft_model(model, T.lora_config())
-        return make
+        return T.peft_model
     return lambda: T.tiny_model(0)
 
 
