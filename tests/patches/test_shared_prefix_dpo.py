@@ -1,6 +1,6 @@
 """Shared-prefix forwards in the patched DPOTrainer: the prompt forwarded once for chosen and rejected.
 
-Parity (the four sides of tests/patches/_parity.py) with `slimrl_shared_prefix=True` on the patched side: LoRA
+Parity (the sides of tests/patches/_parity.py) with `slimrl_shared_prefix=True` on the patched side: LoRA
 (adapter-disabled reference) and full fine-tuning (reference reloaded from disk), precompute_ref_log_probs (the
 reference pass inside `__init__`), WPO weighting (the log_sum_sq_probs output), LD-DPO (per-token log-probs split at
 the shared length), sigmoid + sft, accumulation, checkpointing; the path is taken (positions counted) and a leaky
