@@ -81,7 +81,7 @@ def register(patch: Patch) -> Patch:
 
 def _load_all_patch_modules() -> None:
     # Each trainer's patches live in their own module and register themselves on import
-    from . import cpo, dpo, grpo, kto, orpo, reward, rloo, sft  # noqa: F401
+    from . import cpo, dpo, grpo, kto, orpo, ppo, reward, rloo, sft  # noqa: F401
 
 
 def supported_algorithms() -> list[str]:
