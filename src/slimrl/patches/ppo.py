@@ -17,7 +17,5 @@ from .registry import register  # only for the registration block at the end
 PATCHES = alias_patches("ppo", "slimrl.ppo", ("PPOConfig", "PPOTrainer"))
 
 # --- registration the current way (registry.register at import); the declarative registry reads PATCHES instead ---
-from .registry import register
-
 for _patch in PATCHES:
     register(_patch)
