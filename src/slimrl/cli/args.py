@@ -105,12 +105,16 @@ def build_grpo_parser(prog: str = "slimrl grpo"):
     parser = TrlParser((TaskArguments, ModelArguments, GRPOConfig), prog=prog,
                        description="Train a model with GRPO (TRL's GRPOTrainer on slimrl's memory paths). Every "
                                    "GRPOConfig field is a flag; --config run.yaml sets defaults, flags override it.")
+    return apply_cli_defaults(parser, CLI_DEFAULTS)
+
+
+def apply_cli_defaults(parser, defaults: dict[str, tuple[object, str]], upstream: str = "TRL"):
+    """Parser defaults (not post-parse overrides: a value the user passes always wins), each marked in --help."""
     for action in parser._actions:
-        if action.dest in CLI_DEFAULTS:
-            value, why = CLI_DEFAULTS[action.dest]
-            trl_default = action.default
+        if action.dest in defaults:
+            value, why = defaults[action.dest]
+            note = f"[slimrl CLI default: {value!r} ({upstream}: {action.default!r}); {why}]".replace("%", "%%")
             action.default = value
-            note = f"[slimrl CLI default: {value!r} (TRL: {trl_default!r}); {why}]".replace("%", "%%")
             action.help = f"{action.help or ''} {note}".strip()
     return parser
 
@@ -134,7 +138,11 @@ def mark_user_fields(training_args, argv: list[str]) -> None:
 
 def parse_grpo_args(argv: list[str]):
     """(task_args, model_args, training_args) from argv (may contain `--config file.yaml`)."""
-    parser = build_grpo_parser()
+    return parse_task_args(build_grpo_parser(), argv)
+
+
+def parse_task_args(parser, argv: list[str]):
+    """Parse (TaskArguments, ModelArguments, config) argv: user fields marked, `{task}` in output_dir filled."""
     task_args, model_args, training_args = parser.parse_args_and_config(list(argv))
     mark_user_fields(training_args, list(argv))
     if model_args.dtype == "auto":
@@ -215,13 +223,7 @@ def build_preference_parser(algorithm: str):
                        description=f"Train a model with {algorithm.upper()} (TRL's {config.__name__.removesuffix('Config')}"
                                    f"Trainer on slimrl's memory paths). Every {config.__name__} field is a flag; "
                                    "--config run.yaml sets defaults, flags override it.")
-    for action in parser._actions:
-        if action.dest in PREFERENCE_CLI_DEFAULTS:
-            value, why = PREFERENCE_CLI_DEFAULTS[action.dest]
-            note = f"[slimrl CLI default: {value!r} (TRL: {action.default!r}); {why}]".replace("%", "%%")
-            action.default = value
-            action.help = f"{action.help or ''} {note}".strip()
-    return parser
+    return apply_cli_defaults(parser, PREFERENCE_CLI_DEFAULTS)
 
 
 def parse_preference_args(algorithm: str, argv: list[str]):
