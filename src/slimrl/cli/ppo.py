@@ -98,9 +98,10 @@ def run_ppo(task_args, model_args, training_args) -> dict:
     model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
     before = evaluate_task(model, tokenizer, task, task_args, training_args.response_length, "before")
     trainer = PPOTrainer(args=training_args, processing_class=tokenizer, model=model, reward_funcs=scores,
-                         train_dataset=task.train_dataset, callbacks=[JsonlMetricsCallback(os.path.join(
-                             out, "metrics.jsonl"))])
-    if not training_args.disable_tqdm and any(isinstance(c, ProgressCallback) for c in trainer.callback_handler.callbacks):
+                         train_dataset=task.train_dataset,
+                         callbacks=[JsonlMetricsCallback(os.path.join(out, "metrics.jsonl"))])
+    bars = [c for c in trainer.callback_handler.callbacks if isinstance(c, ProgressCallback)]
+    if not training_args.disable_tqdm and bars:
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(ProgressBarCallback(f"PPO {task.name}", PPO_BAR_KEYS))
     train_t0 = time.perf_counter()
