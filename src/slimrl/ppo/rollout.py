@@ -13,6 +13,9 @@ Choices:
    text (chat template for conversations), tokenized with the policy's tokenizer, right-padded, `logits[:, 0]`; a
    reward function is called as `f(prompts=, completions=, completion_ids=, trainer_state=, **other_columns)`; None
    becomes NaN, several sources are summed with `reward_weights` (NaN-skipping).
+4. Order: the dataloader yields one rollout's prompts once per micro-step that trains on them (TRL's RepeatSampler,
+   as GRPO uses it), so the HF loop's step counting, epochs and resume-time batch skipping stay exact; the
+   permutation is reseeded per epoch (`seed + epoch`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
+from trl.trainer.utils import RepeatSampler
 
 
 @dataclass
@@ -51,6 +55,17 @@ class RolloutBatch:
     @classmethod
     def from_state_dict(cls, state: dict, device) -> RolloutBatch:
         return cls(**{k: v.to(device) if torch.is_tensor(v) else v for k, v in state.items()})
+
+
+class EpochSampler(RepeatSampler):
+    """TRL's RepeatSampler (one rollout's prompts, repeated for every micro-step that trains on them) with an
+    epoch-seeded permutation, so a resumed run sees the straight run's order in every epoch."""
+
+    def __init__(self, dataset, rollout_rows: int, micro_steps: int, seed: int):
+        super().__init__(dataset, mini_repeat_count=1, batch_size=rollout_rows, repeat_count=micro_steps, seed=seed)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.generator.manual_seed(self.seed + epoch)
 
 
 def is_conversational_prompt(prompt) -> bool:

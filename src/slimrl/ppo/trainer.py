@@ -22,7 +22,7 @@ Metrics keep TRL's PPO names (objective/kl, objective/entropy, objective/non_sco
 objective/scores, policy/approxkl_avg, policy/clipfrac_avg, loss/policy_avg, loss/value_avg, val/clipfrac_avg,
 policy/entropy_avg, val/ratio, val/ratio_var, val/num_eos_tokens, lr, episode, eps) plus completions/mean_length
 and peak_memory_gb; they are averaged over the logging window (episode and eps: their latest value).
-Single process only for now (see `_check_world`).
+Single process only for now (see `_check_supported`).
 """
 
 from __future__ import annotations
@@ -36,27 +36,19 @@ from collections import defaultdict
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 from trl.trainer.base_trainer import _BaseTrainer
-from trl.trainer.utils import RepeatSampler, identity
+from trl.trainer.utils import identity
 
 from ..memory import gib, peak_memory_bytes, reset_peak_memory
 from . import core
 from .config import PPOConfig
 from .models import build_models, reward_sources, transformers_model
+from .rollout import EpochSampler
 from .rollout_phase import RolloutPhase
 from .state import load_ppo_state, load_value_weights, save_ppo_state, save_value_weights
 
 logger = logging.getLogger("slimrl")
 
 LATEST_VALUE = ("episode", "eps")  # counters: logged as their latest value, not a window mean
-
-
-class EpochSampler(RepeatSampler):
-    """TRL's RepeatSampler (one rollout's prompts, repeated for every micro-step that trains on it) with an
-    epoch-seeded permutation, so a resumed run sees the straight run's order in every epoch."""
-
-    def set_epoch(self, epoch: int) -> None:
-        if self.shuffle:
-            self.generator.manual_seed((self.seed or 0) + epoch)
 
 
 def resolve_renamed(new_name: str, new_value, old_name: str, old_value):
@@ -98,11 +90,11 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
                          train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=processing_class,
                          callbacks=callbacks, optimizers=optimizers)
         self._slimrl_setup_after()
-        self._check_world()
+        self._check_supported()
         for module in (self.ppo.critic, *[s for s in self.ppo.reward_funcs if isinstance(s, torch.nn.Module)]):
             module.to(self.accelerator.device)
         self._step, self._episode, self._buffer = 0, 0, None
-        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self._metrics = {"train": defaultdict(list)}
         self._train_start = time.time()
 
     # --- set-up shared with the patched trainers (one place, so it can move to slimrl's common set-up module) ---
@@ -140,7 +132,10 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
         if mode is not None:
             apply_checkpointing(self.model, mode)
 
-    def _check_world(self) -> None:
+    def _check_supported(self) -> None:
+        if str(getattr(self.args.eval_strategy, "value", self.args.eval_strategy)) != "no":
+            raise ValueError(f"eval_strategy={self.args.eval_strategy!r}: slimrl's PPOTrainer has no evaluation loop "
+                             "(TRL's PPO only printed sample completions); set eval_strategy='no'.")
         if self.accelerator.num_processes > 1:
             raise NotImplementedError("slimrl's PPOTrainer runs in one process for now: the critic's forward does "
                                       "not go through the DDP-wrapped model, so its gradients would not be synced.")
@@ -153,8 +148,8 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
 
     def _get_train_sampler(self, dataset=None):
         micro_steps = self.args.steps_per_rollout * self.args.gradient_accumulation_steps
-        return EpochSampler(dataset if dataset is not None else self.train_dataset, mini_repeat_count=1,
-                            batch_size=self.args.batch_size, repeat_count=micro_steps, seed=self.args.seed)
+        return EpochSampler(dataset if dataset is not None else self.train_dataset, self.args.batch_size,
+                            micro_steps, self.args.seed)
 
     def _check_ready(self) -> None:
         """What train() needs, checked before any heavy work; each message says how to pass it."""
@@ -268,8 +263,7 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
 
     # --- logging ---
     def log(self, logs: dict, start_time: float | None = None) -> None:
-        mode = "train" if self.model.training else "eval"
-        window = self._metrics[mode]
+        window = self._metrics["train"]  # PPO has no evaluation loop (see _check_supported)
         metrics = {name: values[-1] if name in LATEST_VALUE else sum(values) / len(values)
                    for name, values in window.items() if values}
         ratios = window.get("val/ratio", [])
