@@ -143,5 +143,9 @@ def check_ppo_fields(args) -> None:
             raise ValueError(f"{name} must be in [0, 1], got {getattr(args, name)}.")
     if args.missing_eos_penalty is not None and args.missing_eos_penalty < 0:
         raise ValueError(f"missing_eos_penalty must be >= 0 (it is subtracted), got {args.missing_eos_penalty}.")
+    eval_strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
+    if eval_strategy != "no":
+        raise ValueError(f"eval_strategy={eval_strategy!r}: slimrl's PPOTrainer has no evaluation loop (TRL's PPO "
+                         "only printed sample completions); set eval_strategy='no'.")
     if args.total_episodes is not None and args.total_episodes < 1:
         raise ValueError(f"total_episodes must be >= 1, got {args.total_episodes}.")

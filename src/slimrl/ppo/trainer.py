@@ -133,9 +133,6 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
             apply_checkpointing(self.model, mode)
 
     def _check_supported(self) -> None:
-        if str(getattr(self.args.eval_strategy, "value", self.args.eval_strategy)) != "no":
-            raise ValueError(f"eval_strategy={self.args.eval_strategy!r}: slimrl's PPOTrainer has no evaluation loop "
-                             "(TRL's PPO only printed sample completions); set eval_strategy='no'.")
         if self.accelerator.num_processes > 1:
             raise NotImplementedError("slimrl's PPOTrainer runs in one process for now: the critic's forward does "
                                       "not go through the DDP-wrapped model, so its gradients would not be synced.")
