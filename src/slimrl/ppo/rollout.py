@@ -134,21 +134,13 @@ def generation_config(args, stop_ids: list[int], pad_id: int):
 @torch.no_grad()
 def generate_hf(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, config, chunk_size: int,
                 stop_ids: list[int]) -> list[list[int]]:
-    """Sample one response per prompt with HF generate, in chunks, the model switched to inference mode."""
-    from ..models.modes import for_inference, for_training
-
-    was_training = model.training
-    for_inference(model)
-    try:
-        responses = []
-        for start in range(0, prompt_ids.shape[0], chunk_size):
-            out = model.generate(input_ids=prompt_ids[start:start + chunk_size],
-                                 attention_mask=prompt_mask[start:start + chunk_size], generation_config=config)
-            responses += [trim_at_stop(row.tolist(), stop_ids) for row in out[:, prompt_ids.shape[1]:]]
-        return responses
-    finally:
-        if was_training:
-            for_training(model)
+    """Sample one response per prompt with HF generate, in chunks (the caller has put the model in inference mode)."""
+    responses = []
+    for start in range(0, prompt_ids.shape[0], chunk_size):
+        out = model.generate(input_ids=prompt_ids[start:start + chunk_size],
+                             attention_mask=prompt_mask[start:start + chunk_size], generation_config=config)
+        responses += [trim_at_stop(row.tolist(), stop_ids) for row in out[:, prompt_ids.shape[1]:]]
+    return responses
 
 
 def generate_vllm(engine, model, prompt_lists: list[list[int]], args, stop_ids: list[int]) -> list[list[int]]:

@@ -2,13 +2,14 @@
 
 Choices:
 1. The whole phase runs with the policy in inference mode (FastLanguageModel.for_inference: KV cache on for
-   generation, checkpointing off for the no-grad forwards) and switches back to training mode at the end.
+   generation, checkpointing off for the no-grad forwards) and always ends in training mode (for_training), also
+   when the model arrived in eval mode (peft puts it there when a checkpoint's second adapter is loaded).
 2. The no-grad forwards (policy log-probs, reference log-probs, critic values) run in chunks of
    `local_rollout_forward_batch_size` rows, under the trainer's autocast, through the lean head (models.py).
 3. Rollout metrics use TRL's PPO names: `objective/kl` and `objective/non_score_reward` are per-response sums
    averaged over responses, `objective/entropy` is the mean summed negative log-prob of the sampled response,
    `objective/scores` the mean score (missing-EOS penalty included), `objective/rlhf_reward` their sum,
-   `val/num_eos_tokens` the responses that contain EOS, `episode` the rollout rows so far (all processes).
+   `val/num_eos_tokens` the EOS tokens in the responses, `episode` the rollout rows so far (all processes).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ class RolloutPhase:
         policy = self.accelerator.unwrap_model(self.model)
         check_rollout_lengths(policy, prompt_lists, self.args.response_length)
         prompt_ids, prompt_mask = pad(prompt_lists, pad_id, "left", device)
-        was_training = policy.training
         for_inference(policy)
         try:
             responses = self._generate(policy, prompt_ids, prompt_mask, prompt_lists)
@@ -54,8 +54,7 @@ class RolloutPhase:
             scores = self._scores(rows, prompts, responses).to(device)
             logprobs, ref_logprobs, values = self._rollout_forwards(input_ids, attention_mask, prompt_ids.shape[1])
         finally:
-            if was_training:
-                for_training(policy)
+            for_training(policy)
         mask = response_mask.float()
         return self._finish_rollout(input_ids, attention_mask, prompt_ids.shape[1], mask, response_ids, scores,
                                     logprobs * mask, ref_logprobs * mask, values * mask)
@@ -100,7 +99,8 @@ class RolloutPhase:
                         ref_logprobs, values) -> RolloutBatch:
         args = self.args
         eos_id = self.processing_class.eos_token_id
-        has_eos = ((response_ids == eos_id) & (mask > 0)).any(1) if eos_id is not None else torch.zeros_like(scores)
+        eos_tokens = (response_ids == eos_id) & (mask > 0) if eos_id is not None else torch.zeros_like(mask).bool()
+        has_eos = eos_tokens.any(1)
         if args.missing_eos_penalty is not None:
             scores = scores - args.missing_eos_penalty * (~has_eos.bool()).float()
         kl = core.kl_estimate(logprobs, ref_logprobs, args.kl_estimator) * mask
@@ -110,10 +110,10 @@ class RolloutPhase:
         advantages, returns = core.gae(rewards, values, mask, args.gamma, args.lam)
         advantages = core.masked_whiten(advantages, mask)
         self._episode += args.batch_size
-        self._record_rollout(kl, non_score_reward, scores, logprobs, mask, has_eos)
+        self._record_rollout(kl, non_score_reward, scores, logprobs, mask, eos_tokens)
         return RolloutBatch(input_ids, attention_mask, context_length, mask, logprobs, values, advantages, returns)
 
-    def _record_rollout(self, kl, non_score_reward, scores, logprobs, mask, has_eos) -> None:
+    def _record_rollout(self, kl, non_score_reward, scores, logprobs, mask, eos_tokens) -> None:
         gather = self.accelerator.gather_for_metrics
         non_score = non_score_reward.sum(1).mean()
         self._record({
@@ -122,7 +122,7 @@ class RolloutPhase:
             "objective/non_score_reward": gather(non_score).mean(),
             "objective/rlhf_reward": gather(non_score + scores.mean()).mean(),
             "objective/scores": gather(scores.mean()).mean(),
-            "val/num_eos_tokens": gather(has_eos.float().sum()).sum(),
+            "val/num_eos_tokens": gather(eos_tokens.float().sum()).sum(),
             "completions/mean_length": gather(mask.sum(1).mean()).mean(),
             "episode": self._episode,
             "eps": self._episode / max(time.time() - self._train_start, 1e-9),
