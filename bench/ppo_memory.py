@@ -253,6 +253,15 @@ def table(rows: dict, markdown: bool) -> str:
     return render(head, lines, markdown)
 
 
+def child_flags(a) -> list[str]:
+    """The parent's settings, passed on to each arm's process."""
+    flags = ["--threads", str(a.threads), "--device", a.device, "--mem_limit_gb", str(a.mem_limit_gb)]
+    for name in ("rows", "micro", "prompt", "response", "epochs", "steps", "vocab", "hidden", "layers"):
+        if getattr(a, name) is not None:
+            flags += [f"--{name}", str(getattr(a, name))]
+    return flags + (["--quick"] if a.quick else [])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
@@ -282,13 +291,7 @@ def main(argv=None) -> int:
         pin_threads(a.threads)
         print(json.dumps(run_child(a)), flush=True)
         return 0
-    flags = ["--rows", str(a.rows), "--micro", str(a.micro), "--prompt", str(a.prompt), "--response", str(a.response),
-             "--epochs", str(a.epochs), "--steps", str(a.steps), "--threads", str(a.threads), "--device", a.device,
-             "--mem_limit_gb", str(a.mem_limit_gb)] + (["--quick"] if a.quick else [])
-    for name in ("vocab", "hidden", "layers"):
-        if getattr(a, name) is not None:
-            flags += [f"--{name}", str(getattr(a, name))]
-    rows = {}
+    flags, rows = child_flags(a), {}
     for arm in a.arms:
         rows[arm] = run_self(["--child", arm, *flags], a.threads)
         print(json.dumps(rows[arm]), file=sys.stderr, flush=True)
