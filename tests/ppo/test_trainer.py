@@ -60,6 +60,8 @@ def test_the_seed_call_shape_builds_and_train_names_what_is_missing(tmp_path, ca
         PPOTrainer(args=ppo_config(tmp_path), config=config, model=tiny_policy(), tokenizer=tok)
     with pytest.raises(ValueError, match=r"processing_class= and tokenizer="):
         PPOTrainer(args=config, model=tiny_policy(), processing_class=tok, tokenizer=tokenizer())
+    with pytest.raises(TypeError, match=r"only works by keyword"):  # TRL's older positional order
+        PPOTrainer(config, tiny_policy(), None, tok)
 
 
 

@@ -74,6 +74,11 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
                  tokenizer=None):
         args = resolve_renamed("args", args, "config", config)
         processing_class = resolve_renamed("processing_class", processing_class, "tokenizer", tokenizer)
+        if isinstance(processing_class, torch.nn.Module):
+            raise TypeError("processing_class is a model: positional arguments follow TRL's PPO order (args, "
+                            "processing_class, model, ref_model, reward_model, train_dataset, ...); TRL's older order "
+                            "(config, model, ref_model, tokenizer, ...) only works by keyword: PPOTrainer(config=..., "
+                            "model=..., tokenizer=...).")
         if model is None:
             raise ValueError("PPOTrainer needs model= (the policy: a causal LM, a PeftModel, or a model with "
                              "peft_config=).")
