@@ -73,6 +73,14 @@ def test_too_small_a_dataset_fails_before_any_rollout(tmp_path):
         trainer.train()
 
 
+def test_a_lora_on_the_output_layer_is_refused(tmp_path):
+    from peft import LoraConfig
+
+    with pytest.raises(ValueError, match="lm_head"):
+        PPOTrainer(args=ppo_config(tmp_path), processing_class=tokenizer(), model=tiny_policy(),
+                   reward_funcs=low_id_reward, peft_config=LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
+
+
 def _full_logprobs(model, input_ids, attention_mask, context_length):
     """Log-probs of the response tokens from full logits (the slow, independent way)."""
     from slimrl.ppo.value import position_ids_of

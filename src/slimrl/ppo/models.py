@@ -103,12 +103,12 @@ def build_models(model, ref_model, value_model, sources: list, peft_config, temp
     if ref_model is not None and ref_model is policy:
         raise ValueError("ref_model is the policy model itself: pass ref_model=None (LoRA: the adapter-disabled base "
                          "is the reference; full model: slimrl makes a frozen copy).")
-    lora = is_peft(policy)
-    if lora:
+    check_plain_head(policy)
+    if is_peft(policy):
         reference, adapters_off = (ref_model, False) if ref_model is not None else (policy, True)
         shared = [p for p in policy.parameters() if p.requires_grad]
         if value_model is None:
-            add_value_adapter(policy, copy.deepcopy(policy.peft_config[policy.active_adapter]))
+            add_value_adapter(policy, value_lora_config(policy.peft_config[policy.active_adapter]))
         critic = ModuleCritic(value_model) if value_model is not None else AdapterCritic(policy, shared)
     else:
         reference = ref_model.requires_grad_(False).eval() if ref_model is not None else frozen_copy(policy)
@@ -118,6 +118,25 @@ def build_models(model, ref_model, value_model, sources: list, peft_config, temp
             disable_dropout_in_model(module)
     install_heads(policy, None if reference is policy else reference, temperature)
     return PPOModels(policy, reference, adapters_off, critic, sources)
+
+
+def value_lora_config(policy_config):
+    """The policy adapter's LoraConfig for the value adapter: trainable, and without `modules_to_save` (the critic
+    never uses the output layer; a saved copy of it would cost a V x H matrix)."""
+    config = copy.deepcopy(policy_config)
+    config.inference_mode = False
+    config.modules_to_save = None
+    return config
+
+
+def check_plain_head(policy) -> None:
+    """The lean head reads `lm_head.weight` itself: a LoRA (or saved copy) on the output layer would never train
+    and generation would sample from a different model than the one scored (TRL's GRPO refuses it too)."""
+    head = transformers_model(policy).get_output_embeddings()
+    if type(head) is not nn.Linear:
+        raise ValueError(f"The policy's output layer is a {type(head).__name__}, not a plain nn.Linear (a LoRA or "
+                         "modules_to_save on lm_head?): slimrl's PPO scores tokens from lm_head.weight directly. "
+                         "Leave lm_head out of the LoRA target_modules / modules_to_save.")
 
 
 def critic_on_reference(reference, value_model, user_reference: bool):
