@@ -72,3 +72,27 @@ def test_ppo_rolls_out_on_the_engine_with_the_policy_adapter(engine_model, tmp_p
     assert from_engine == _greedy_hf(model, tokenizer, prompts, 12)
     with torch.no_grad(), model.disable_adapter():
         assert from_engine != _greedy_hf(model, tokenizer, prompts, 12), "the adapter did not change anything"
+
+
+def test_cli_ppo_fast_inference_runs_and_exits_cleanly(tmp_path):
+    """`slimrl ppo --fast_inference` end to end, in its own process (it shuts its engine down at the end)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    folder = save_tiny_model(tmp_path / "tiny", vocab_size=512, hidden_size=128, num_layers=2, num_heads=2,
+                             num_kv_heads=1)
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "slimrl.cli", "ppo", "--fast_inference", "--vllm_enforce_eager",
+         "--gpu_memory_utilization", "0.05", "--model_name_or_path", folder, "--max_steps", "2",
+         "--response_length", "8", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
+         "--num_train_samples", "16", "--num_eval_samples", "4", "--dtype", "float32", "--output_dir", str(out),
+         "--plot", "False"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "2"}, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss/policy_avg" in r] == [1, 2]
+    assert (out / "adapter_model.safetensors").is_file()
