@@ -11,7 +11,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["FastLanguageModel", "PatchFastRL", "unpatch", "is_patched", "PatchError", "__version__"]
+__all__ = ["FastLanguageModel", "PatchFastRL", "unpatch", "is_patched", "PatchError", "PPOConfig", "PPOTrainer",
+           "__version__"]
 
 
 _checked = False
@@ -34,6 +35,10 @@ def __getattr__(name):
         from .models.fast_language_model import FastLanguageModel
 
         return FastLanguageModel
+    if name in ("PPOConfig", "PPOTrainer"):  # slimrl's own PPO (TRL 1.16 has none); imports TRL only when used
+        from . import ppo
+
+        return getattr(ppo, name)
     if name in ("PatchFastRL", "unpatch", "is_patched", "PatchError"):
         from .patches import registry
 
