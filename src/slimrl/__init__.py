@@ -29,7 +29,7 @@ def _check_versions_once() -> None:
 
 def __getattr__(name):
     # Lazy: `import slimrl` stays cheap and never imports trl before the user's script does
-    if name in ("FastLanguageModel", "PatchFastRL"):
+    if name in ("FastLanguageModel", "PatchFastRL", "PPOConfig", "PPOTrainer"):
         _check_versions_once()
     if name == "FastLanguageModel":
         from .models.fast_language_model import FastLanguageModel

@@ -9,6 +9,7 @@ import pytest
 
 from slimrl.cli import main
 from slimrl.cli.ppo import PPO_CLI_DEFAULTS, build_ppo_parser, parse_ppo_args
+from slimrl.state import user_fields
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def test_cli_defaults_user_values_and_output_dir():
     _, _, args = parse_ppo_args(["--bf16", "False", "--num_ppo_epochs", "4", "--learning_rate", "5e-5",
                                  "--output_dir", "/tmp/x"])
     assert (args.num_ppo_epochs, args.learning_rate, args.output_dir) == (4, 5e-5, "/tmp/x")
-    assert args._slimrl_user_fields == {"bf16", "num_ppo_epochs", "learning_rate", "output_dir"}
+    assert user_fields(args) == {"bf16", "num_ppo_epochs", "learning_rate", "output_dir"}
 
 
 def test_two_step_run_leaves_adapter_metrics_plot_eval(tmp_path, restore_trl):

@@ -7,9 +7,10 @@ import os
 
 import pytest
 import torch
-from _ppo_helpers import lora_trainer
 
-from slimrl.ppo.state import PPO_STATE
+from slimrl.ppo.checkpoint import PPO_STATE
+
+from _ppo_helpers import lora_trainer
 
 COMPARED = ("loss", "grad_norm", "loss/policy_avg", "loss/value_avg", "policy/approxkl_avg", "val/ratio",
             "objective/scores", "objective/kl", "policy/entropy_avg")

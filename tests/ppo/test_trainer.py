@@ -6,6 +6,9 @@ import gc
 
 import pytest
 import torch
+
+from slimrl.ppo import PPOConfig, PPOTrainer
+
 from _ppo_helpers import (
     VOCAB,
     logged,
@@ -17,8 +20,6 @@ from _ppo_helpers import (
     tiny_policy,
     tokenizer,
 )
-
-from slimrl.ppo import PPOConfig, PPOTrainer
 
 
 def _mean(xs):
@@ -46,8 +47,8 @@ def test_the_seed_call_shape_builds_and_train_names_what_is_missing(tmp_path, ca
     with caplog.at_level("WARNING", logger="slimrl"):
         trainer = PPOTrainer(model=model, config=config, tokenizer=tok)
     assert trainer.args is config and trainer.processing_class is tok
-    notices = [r.getMessage() for r in caplog.records if "old name" in r.getMessage()]
-    assert len(notices) == 2 and "config=" in notices[0] + notices[1] and "tokenizer=" in notices[0] + notices[1]
+    notices = [r.getMessage() for r in caplog.records if "PPOTrainer(" in r.getMessage()]
+    assert len(notices) == 2 and "(config=...)" in notices[0] and "(tokenizer=...)" in notices[1], notices
     model.generate = None  # train() must fail before any rollout
     with pytest.raises(ValueError) as err:
         trainer.train()
@@ -56,9 +57,9 @@ def test_the_seed_call_shape_builds_and_train_names_what_is_missing(tmp_path, ca
     with pytest.raises(ValueError, match=r"reward source") as err:
         PPOTrainer(model=tiny_policy(), config=config, tokenizer=tok, train_dataset=prompts()).train()
     assert "train_dataset" not in str(err.value)
-    with pytest.raises(ValueError, match=r"args= and config= .*differ"):
-        PPOTrainer(args=ppo_config(tmp_path), config=config, model=tiny_policy(), tokenizer=tok)
-    with pytest.raises(ValueError, match=r"processing_class= and tokenizer="):
+    with pytest.raises(ValueError, match=r"both config=.* and args=.*older name of args"):
+        PPOTrainer(args=ppo_config(tmp_path, kl_coef=0.1), config=config, model=tiny_policy(), tokenizer=tok)
+    with pytest.raises(ValueError, match=r"both tokenizer=.* and processing_class="):
         PPOTrainer(args=config, model=tiny_policy(), processing_class=tok, tokenizer=tokenizer())
     with pytest.raises(TypeError, match=r"only works by keyword"):  # TRL's older positional order
         PPOTrainer(config, tiny_policy(), None, tok)

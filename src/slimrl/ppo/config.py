@@ -12,10 +12,12 @@ Choices:
    here every mini-batch is one optimizer step, as in the PPO papers.
 3. `total_episodes` (TRL's run length) becomes `max_steps` = rollouts x num_ppo_epochs x num_mini_batches; setting
    both to different lengths raises. The lr scheduler, logging and saving count optimizer steps (HF convention).
-4. Extras: `reward_weights` (GRPO's field, for several reward functions), `slimrl_num_chunks` (alias
-   `unsloth_num_chunks`, the lean log-prob head's chunking), and `remove_unused_columns=False` by default (reward
-   functions read the dataset's other columns, as in GRPO).
-5. Precision: an unset `bf16` is resolved for the device before TRL's default would refuse a CPU (precision.py).
+4. Extras: `reward_weights` (GRPO's field, for several reward functions) and `remove_unused_columns=False` by
+   default (reward functions read the dataset's other columns, as in GRPO).
+5. The set-up every patched TRL config gets (patches/trainer_setup.py), applied to this class as it is defined:
+   `slimrl_num_chunks` (alias `unsloth_num_chunks`, the lean log-prob head's chunking) accepted as a keyword, the
+   fields the user passed recorded (slimrl.state.ConfigState), an unset `bf16` resolved for the device before TRL's
+   default would refuse a CPU (precision.py), then PPO's own checks (`check_ppo_fields`) and TRL's.
 """
 
 from __future__ import annotations
@@ -26,10 +28,54 @@ from typing import Literal
 
 from trl.trainer.base_config import _BaseConfig
 
-from ..patches import precision, validation
-from ..patches.rl_common import _num_chunks
+from ..patches import validation
+from ..patches.trainer_setup import Family, config_init_maker, config_post_init_maker
 
 
+def check_ppo_fields(args) -> None:
+    """Errors for values PPO cannot run with, naming the field (before any model is loaded)."""
+    validation.check_learning_rate(args.learning_rate)
+    validation.check_temperature(args.temperature)
+    if args.kl_estimator not in ("k1", "k3"):
+        raise ValueError(f"kl_estimator must be 'k1' or 'k3', got {args.kl_estimator!r}.")
+    if args.stop_token not in (None, "eos"):
+        raise ValueError(f"stop_token must be 'eos' or None, got {args.stop_token!r} (use stop_token_id for an id).")
+    if args.stop_token is not None and args.stop_token_id is not None:
+        raise ValueError("stop_token and stop_token_id were both set: set one of them.")
+    for name in ("num_ppo_epochs", "num_mini_batches", "response_length", "local_rollout_forward_batch_size"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(args, name)}.")
+    for name in ("cliprange", "cliprange_value"):
+        if getattr(args, name) <= 0:
+            raise ValueError(f"{name} must be > 0, got {getattr(args, name)}.")
+    for name in ("gamma", "lam"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {getattr(args, name)}.")
+    if args.missing_eos_penalty is not None and args.missing_eos_penalty < 0:
+        raise ValueError(f"missing_eos_penalty must be >= 0 (it is subtracted), got {args.missing_eos_penalty}.")
+    eval_strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
+    if eval_strategy != "no":
+        raise ValueError(f"eval_strategy={eval_strategy!r}: slimrl's PPOTrainer has no evaluation loop (TRL's PPO "
+                         "only printed sample completions); set eval_strategy='no'.")
+    if args.total_episodes is not None and args.total_episodes < 1:
+        raise ValueError(f"total_episodes must be >= 1, got {args.total_episodes}.")
+
+
+PPO_CONFIG = Family(check_config=check_ppo_fields)
+
+
+def with_config_setup(family: Family):
+    """Class decorator: the config `__init__` / `__post_init__` wrappers of the patched TRL configs, on slimrl's own."""
+
+    def decorate(cls):
+        cls.__init__ = config_init_maker(family)(cls.__init__)
+        cls.__post_init__ = config_post_init_maker(family)(cls.__post_init__)
+        return cls
+
+    return decorate
+
+
+@with_config_setup(PPO_CONFIG)
 @dataclass
 class PPOConfig(_BaseConfig):
     """Configuration of `slimrl.PPOTrainer` (TRL's PPO fields; see the module docstring for the choices)."""
@@ -69,15 +115,8 @@ class PPOConfig(_BaseConfig):
     lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
     reward_weights: list[float] | None = field(default=None, metadata={
         "help": "Weights of the reward functions/models when there are several (default: all 1)."})
-    slimrl_num_chunks: int | None = field(default=None, metadata={
-        "help": "Chunks of the lean log-prob head: -1 = automatic (unset), N >= 1 = N chunks (less memory)."})
-    unsloth_num_chunks: int | None = field(default=None, metadata={"help": "Alias of slimrl_num_chunks."})
 
-    def __post_init__(self):
-        precision.resolve_config_precision(self)
-        self.slimrl_num_chunks = _num_chunks(self.slimrl_num_chunks, self.unsloth_num_chunks)
-        self.unsloth_num_chunks = None  # one owner: slimrl_num_chunks holds the value from here on
-        check_ppo_fields(self)
+    def __post_init__(self):  # after slimrl's set-up (precision, check_ppo_fields): see with_config_setup
         super().__post_init__()
         self._apply_total_episodes()
 
@@ -120,32 +159,3 @@ class PPOConfig(_BaseConfig):
                 f"total_episodes={self.total_episodes} means {steps} optimizer steps (rollouts of {self.batch_size} "
                 f"rows x {self.steps_per_rollout} steps each), but max_steps={self.max_steps}: set one of them.")
         self.max_steps = steps
-
-
-def check_ppo_fields(args) -> None:
-    """Errors for values PPO cannot run with, naming the field (before any model is loaded)."""
-    validation.check_learning_rate(args.learning_rate)
-    validation.check_temperature(args.temperature)
-    if args.kl_estimator not in ("k1", "k3"):
-        raise ValueError(f"kl_estimator must be 'k1' or 'k3', got {args.kl_estimator!r}.")
-    if args.stop_token not in (None, "eos"):
-        raise ValueError(f"stop_token must be 'eos' or None, got {args.stop_token!r} (use stop_token_id for an id).")
-    if args.stop_token is not None and args.stop_token_id is not None:
-        raise ValueError("stop_token and stop_token_id were both set: set one of them.")
-    for name in ("num_ppo_epochs", "num_mini_batches", "response_length", "local_rollout_forward_batch_size"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(args, name)}.")
-    for name in ("cliprange", "cliprange_value"):
-        if getattr(args, name) <= 0:
-            raise ValueError(f"{name} must be > 0, got {getattr(args, name)}.")
-    for name in ("gamma", "lam"):
-        if not 0.0 <= getattr(args, name) <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {getattr(args, name)}.")
-    if args.missing_eos_penalty is not None and args.missing_eos_penalty < 0:
-        raise ValueError(f"missing_eos_penalty must be >= 0 (it is subtracted), got {args.missing_eos_penalty}.")
-    eval_strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
-    if eval_strategy != "no":
-        raise ValueError(f"eval_strategy={eval_strategy!r}: slimrl's PPOTrainer has no evaluation loop (TRL's PPO "
-                         "only printed sample completions); set eval_strategy='no'.")
-    if args.total_episodes is not None and args.total_episodes < 1:
-        raise ValueError(f"total_episodes must be >= 1, got {args.total_episodes}.")

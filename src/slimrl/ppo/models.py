@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..state import transformers_model
 from .value import VALUE_ADAPTER, VALUE_LORA, AdapterCritic, ModuleCritic, add_value_adapter, position_ids_of
 
 logger = logging.getLogger("slimrl")
@@ -52,10 +53,6 @@ class PPOModels:
 
 def is_peft(model) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
-
-
-def transformers_model(model):
-    return model.get_base_model() if is_peft(model) else model
 
 
 def frozen_copy(model) -> nn.Module:

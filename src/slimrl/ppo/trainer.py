@@ -22,6 +22,7 @@ Metrics keep TRL's PPO names (objective/kl, objective/entropy, objective/non_sco
 objective/scores, policy/approxkl_avg, policy/clipfrac_avg, loss/policy_avg, loss/value_avg, val/clipfrac_avg,
 policy/entropy_avg, val/ratio, val/ratio_var, val/num_eos_tokens, lr, episode, eps) plus completions/mean_length
 and peak_memory_gb; they are averaged over the logging window (episode and eps: their latest value).
+Set-up: the one every patched TRL trainer gets (patches/trainer_setup.py) with PPO's family (setup.py).
 Single process only for now (see `_check_supported`).
 """
 
@@ -38,28 +39,18 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 from trl.trainer.base_trainer import _BaseTrainer
 from trl.trainer.utils import identity
 
-from ..memory import gib, peak_memory_bytes, reset_peak_memory
+from ..patches.trainer_setup import make_training_step, trainer_init_maker
 from . import core
+from .checkpoint import load_ppo_state, load_value_weights, save_ppo_state, save_value_weights
 from .config import PPOConfig
-from .models import build_models, reward_sources, transformers_model
+from .models import build_models, reward_sources
 from .rollout import EpochSampler
 from .rollout_phase import RolloutPhase
-from .state import load_ppo_state, load_value_weights, save_ppo_state, save_value_weights
+from .setup import PPO_SETUP, current_arguments
 
 logger = logging.getLogger("slimrl")
 
 LATEST_VALUE = ("episode", "eps")  # counters: logged as their latest value, not a window mean
-
-
-def resolve_renamed(new_name: str, new_value, old_name: str, old_value):
-    """TRL's name wins; the old one is accepted with a notice; both given and different raises naming both."""
-    if old_value is None:
-        return new_value
-    if new_value is not None and new_value is not old_value:
-        raise ValueError(f"{new_name}= and {old_name}= were both given and differ: {old_name} is the old name of "
-                         f"{new_name}; pass only {new_name}=.")
-    logger.warning("slimrl: PPOTrainer(%s=...) is the old name of %s=; using it as %s.", old_name, new_name, new_name)
-    return old_value
 
 
 class PPOTrainer(RolloutPhase, _BaseTrainer):
@@ -72,13 +63,7 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
                  train_dataset=None, value_model=None, data_collator=None, eval_dataset=None,
                  optimizers=(None, None), callbacks=None, peft_config=None, *, reward_funcs=None, config=None,
                  tokenizer=None):
-        args = resolve_renamed("args", args, "config", config)
-        processing_class = resolve_renamed("processing_class", processing_class, "tokenizer", tokenizer)
-        if isinstance(processing_class, torch.nn.Module):
-            raise TypeError("processing_class is a model: positional arguments follow TRL's PPO order (args, "
-                            "processing_class, model, ref_model, reward_model, train_dataset, ...); TRL's older order "
-                            "(config, model, ref_model, tokenizer, ...) only works by keyword: PPOTrainer(config=..., "
-                            "model=..., tokenizer=...).")
+        args, processing_class = current_arguments(args, processing_class, config, tokenizer)
         if model is None:
             raise ValueError("PPOTrainer needs model= (the policy: a causal LM, a PeftModel, or a model with "
                              "peft_config=).")
@@ -86,15 +71,20 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
         if not isinstance(args, PPOConfig):
             raise TypeError(f"args must be slimrl's PPOConfig (from slimrl import PPOConfig), not "
                             f"{type(args).__name__}.")
-        processing_class = self._tokenizer_for(model, processing_class)
+        self._set_up(model=model, args=args, processing_class=processing_class, ref_model=ref_model,
+                     reward_funcs=reward_sources(reward_model, reward_funcs), train_dataset=train_dataset,
+                     value_model=value_model, data_collator=data_collator, eval_dataset=eval_dataset,
+                     optimizers=optimizers, callbacks=callbacks, peft_config=peft_config)
+
+    def _build(self, model, args, processing_class, ref_model, reward_funcs, train_dataset, value_model,
+               data_collator, eval_dataset, optimizers, callbacks, peft_config):
+        """The models (models.py), then TRL's `_BaseTrainer.__init__`; run inside the shared set-up (`_set_up`)."""
         self._user_optimizer = optimizers[0] is not None
-        self._slimrl_setup_before(model, args, train_dataset, processing_class)
-        self.ppo = build_models(model, ref_model, value_model, reward_sources(reward_model, reward_funcs),
-                                peft_config, args.temperature)
+        self.ppo = build_models(model, ref_model, value_model, reward_funcs, peft_config, args.temperature)
+        self.ref_model = None if self.ppo.reference is self.ppo.policy else self.ppo.reference  # TRL's PPO name
         super().__init__(model=self.ppo.policy, args=args, data_collator=data_collator or identity,
                          train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=processing_class,
                          callbacks=callbacks, optimizers=optimizers)
-        self._slimrl_setup_after()
         self._check_supported()
         for module in (self.ppo.critic, *[s for s in self.ppo.reward_funcs if isinstance(s, torch.nn.Module)]):
             module.to(self.accelerator.device)
@@ -102,40 +92,8 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
         self._metrics = {"train": defaultdict(list)}
         self._train_start = time.time()
 
-    # --- set-up shared with the patched trainers (one place, so it can move to slimrl's common set-up module) ---
-    @staticmethod
-    def _tokenizer_for(model, processing_class):
-        from ..models.modes import attached_tokenizer
-
-        tokenizer = processing_class if processing_class is not None else attached_tokenizer(model)
-        if tokenizer is None:
-            raise ValueError("PPOTrainer needs processing_class= (the tokenizer; tokenizer= is accepted too), unless "
-                             "the model comes from FastLanguageModel.from_pretrained, which attaches its own.")
-        if tokenizer.pad_token_id is None:
-            logger.warning("slimrl: the tokenizer has no pad token; using its eos token %r", tokenizer.eos_token)
-            tokenizer.pad_token = tokenizer.eos_token
-        return tokenizer
-
-    @staticmethod
-    def _slimrl_setup_before(model, args, train_dataset, processing_class) -> None:
-        """Precision from the weights, length checks and the model's checkpointing mode, before anything is built."""
-        from ..patches import precision, validation
-        from ..patches.rl_common import _reconcile_checkpointing
-
-        precision.resolve_trainer_precision(args, model)
-        validation.check_max_seq_length(model, args, train_dataset, processing_class)
-        _reconcile_checkpointing(model, args)
-
-    def _slimrl_setup_after(self) -> None:
-        """The lean head's chunking knob on every model that scores tokens; the model's checkpointing mode."""
-        from ..models.checkpointing import apply_checkpointing
-        from ..ops.logprob import set_num_chunks
-
-        for module in {id(m): m for m in (self.ppo.policy, self.ppo.reference)}.values():
-            set_num_chunks(transformers_model(module), self.args.slimrl_num_chunks)
-        mode = getattr(self.model, "_slimrl_checkpointing", None)
-        if mode is not None:
-            apply_checkpointing(self.model, mode)
+    # precision, checks, checkpointing mode and the chunk knob on policy and reference (setup.py, trainer_setup.py)
+    _set_up = trainer_init_maker(PPO_SETUP)(_build)
 
     def _check_supported(self) -> None:
         if self.accelerator.num_processes > 1:
@@ -182,10 +140,8 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
         return super().train(resume_from_checkpoint=resume_from_checkpoint or None, trial=trial,
                              ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
 
-    # --- one micro-batch ---
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        device = self.accelerator.device
-        reset_peak_memory(device)
+    # --- one micro-batch (the shared training_step wrapper records peak_memory_gb) ---
+    def _ppo_step(self, model, inputs, num_items_in_batch=None):
         if self._step % self.args.gradient_accumulation_steps == 0:
             for p in self.ppo.extra_trainable():  # the HF loop zeroes the model's gradients only
                 p.grad = None
@@ -196,8 +152,9 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
             value_loss = self._critic_step(batch, scale)
             policy_loss = self._policy_step(model, batch, scale)
         self._step += 1
-        self._metrics["train"]["peak_memory_gb"].append(round(gib(peak_memory_bytes(device)), 4))
         return ((policy_loss + self.args.vf_coef * value_loss) * scale).detach()
+
+    training_step = make_training_step(_ppo_step)
 
     def _micro_batch(self, rows):
         args = self.args
