@@ -26,9 +26,9 @@ def test_help_lists_every_ppo_field_and_the_cli_defaults(capsys):
     assert exc.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     for flag in ("--num_ppo_epochs", "--kl_coef", "--kl_estimator", "--cliprange_value", "--response_length",
-                 "--model_name_or_path", "--lora_r", "--task", "--dataset_name", "--config"):
+                 "--model_name_or_path", "--lora_r", "--task", "--dataset_name", "--config", "--slimrl_num_chunks"):
         assert flag in out, flag
-    assert "slimrl CLI default: 0.0001 (TRL's PPO: 5e-05)" in out
+    assert "slimrl CLI default: 0.0001 (TRL: 5e-05)" in out
     from slimrl.ppo import PPOConfig
 
     dests = {a.dest for a in build_ppo_parser()._actions}
@@ -76,3 +76,11 @@ def test_two_step_run_leaves_adapter_metrics_plot_eval(tmp_path, restore_trl):
     args = _small_parser("generate").parse_args(["--adapter", str(out), "--max_new_tokens", "4", "What is 2 + 2?"])
     results = run_generate(args, output=lambda s: None)
     assert len(results) == 1 and set(results[0]) == {"adapter", "base"}
+
+
+def test_a_bad_value_is_one_line_naming_the_field(capsys):
+    assert main(["ppo", "--bf16", "False", "--cliprange", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("slimrl ppo: error: cliprange must be > 0, got 0.0.") and "Traceback" not in err
+    assert main(["ppo", "--bf16", "False", "--slimrl_num_chunks", "0"]) == 2
+    assert "slimrl_num_chunks must be -1 (automatic) or an integer >= 1" in capsys.readouterr().err

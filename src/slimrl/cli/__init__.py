@@ -1,5 +1,5 @@
-"""The `slimrl` command: `grpo` (train), `generate` / `chat` (try an adapter), `export` (merged / GGUF / Hub),
-`doctor` (environment report).
+"""The `slimrl` command: `grpo`, `ppo`, `dpo`, `orpo`, `kto` (train), `generate` / `chat` (try an adapter), `export`
+(merged / GGUF / Hub), `doctor` (environment report).
 
 Choices made: the entry point is `slimrl.cli:main(argv=None) -> int`, callable in-process (tests run `main([...])`).
 Subcommands are dispatched on the first word so `slimrl grpo` can use TRL's own TrlParser (GRPOConfig flags and

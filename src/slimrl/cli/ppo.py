@@ -1,16 +1,18 @@
 """`slimrl ppo`: task → model + LoRA → eval before → slimrl's PPOTrainer.train → adapter, metrics, plot → eval after.
 
 Choices made:
-- The same conventions and outputs as `slimrl grpo` (its task, model, evaluation and output helpers are reused):
-  every PPOConfig field is a flag through TRL's TrlParser, `--config run.yaml` works, the model/LoRA/task flags are
-  grpo's, and output_dir receives the adapter, `metrics.jsonl`, `training_curves.png`, `eval.json` and
-  `slimrl_run.json`. Cheap checks run before the model loads.
+- The same conventions and outputs as `slimrl grpo` (its parsing, task, model, evaluation and output helpers are
+  reused): every PPOConfig field is a flag through TRL's TrlParser, `--config run.yaml` works (an unknown key named
+  with the closest flag), the model/LoRA/task flags and slimrl's own (`--slimrl_num_chunks`) are grpo's, errors
+  print as one line (cli/face.py), and output_dir receives the adapter, `metrics.jsonl`, `training_curves.png`,
+  `eval.json` and `slimrl_run.json`. Cheap checks run before the model loads.
 - The score: the built-in arithmetic task's correctness reward (1 when the answer is right), the quantity the
   before/after accuracy measures; with `--dataset_name`, the sum of `--reward_funcs`. The critic (value adapter +
   head) turns that sparse end-of-answer score into per-token advantages.
 - `PatchFastRL("ppo")` is applied first, so a script-style `from trl import PPOTrainer` in the same process sees
   the same class; the CLI itself uses slimrl.ppo directly.
-- CLI defaults differ from TRL's PPO where a 2-core CPU needs it (`PPO_CLI_DEFAULTS`, marked in --help).
+- CLI defaults differ from TRL's PPO where a 2-core CPU needs it (`PPO_CLI_DEFAULTS`, marked in --help by
+  cli/args.py's set_cli_defaults; "TRL" there is TRL's PPO default, which PPOConfig keeps).
 """
 
 from __future__ import annotations
@@ -41,20 +43,22 @@ PPO_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
 def build_ppo_parser():
     from trl import TrlParser
 
-    from slimrl.cli.args import ModelArguments, TaskArguments, apply_cli_defaults
+    from slimrl.cli.args import ModelArguments, SlimrlArguments, TaskArguments, set_cli_defaults
     from slimrl.ppo import PPOConfig
 
-    parser = TrlParser((TaskArguments, ModelArguments, PPOConfig), prog="slimrl ppo",
+    parser = TrlParser((TaskArguments, ModelArguments, SlimrlArguments, PPOConfig), prog="slimrl ppo",
                        description="Train a model with PPO (slimrl's PPOTrainer: LoRA policy, the adapter-disabled "
                                    "base as reference, a value adapter + head on the same base). Every PPOConfig "
                                    "field is a flag; --config run.yaml sets defaults, flags override it.")
-    return apply_cli_defaults(parser, PPO_CLI_DEFAULTS, upstream="TRL's PPO")
+    set_cli_defaults(parser, PPO_CLI_DEFAULTS)
+    return parser
 
 
 def parse_ppo_args(argv: list[str]):
-    from slimrl.cli.args import parse_task_args
+    """(task_args, model_args, training_args) for `slimrl ppo` (grpo's conventions: cli/args.py)."""
+    from slimrl.cli.args import parse_online_args
 
-    return parse_task_args(build_ppo_parser(), argv)
+    return parse_online_args(build_ppo_parser(), argv)
 
 
 def apply_patches() -> None:
