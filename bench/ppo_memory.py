@@ -28,7 +28,7 @@ Choices:
 * Memory: CPU = peak RSS of the whole process (VmHWM polled every 5 ms, bench/_common.OverallPeak), models
   included; CUDA = `torch.cuda.max_memory_allocated`. "static" is the memory right before training starts (models,
   optimizer not yet allocated). The ratio is slimrl's peak over the four-model peak (target <= 0.4).
-* `--mem_limit_gb` (CPU, default 18): a watchdog stops an arm whose RSS passes it (bench/preference_memory.py's),
+* `--mem_limit_gb` (CPU, default 18): a watchdog stops an arm whose RSS passes it (bench/_common.py's),
   and its peak is reported as a bound.
 """
 
@@ -43,7 +43,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, OverallPeak, pin_threads, run_self  # noqa: E402
+from _common import GiB, OverallPeak, pin_threads, render, run_self, start_watchdog  # noqa: E402
 
 ARMS = ("four", "slimrl", "slimrl-full")
 SHAPE = {"vocab": 152064, "hidden": 512, "layers": 4, "heads": 8, "intermediate": 1536}
@@ -217,8 +217,6 @@ def run_child(a) -> dict:
             marks["step"].append(time.perf_counter() - t0)
 
     if a.mem_limit_gb and not cuda:
-        from preference_memory import start_watchdog
-
         start_watchdog(int(a.mem_limit_gb * GiB), record, {})
     if a.child == "four":
         child_four(a, shape, a.device, mark)
@@ -231,8 +229,6 @@ def run_child(a) -> dict:
 
 
 def table(rows: dict, markdown: bool) -> str:
-    from preference_memory import render
-
     four = rows.get("four", {})
     head = ["arm", "models", "static GiB", "peak GiB", "peak / four-model"]
     bodies = {"four": "policy + reference + value + reward (full)", "slimrl": "1 base (LoRA) + reward",
