@@ -1,5 +1,5 @@
 """The float64 sides of the parity tests: stock TRL run in float64 with a naive float64 log-prob head, and the same
-with float32-sized noise on its output layer.
+with float32-sized rounding noise (Monte Carlo arithmetic, drawn twice).
 
 1. Reference. TRL's own fused head computes in float32 whatever the weights (fp32 accumulators in its tiles), so a
    float64 model alone would still round like float32 there. The reference model gets instead, through the same
@@ -7,17 +7,20 @@ with float32-sized noise on its output layer.
    every logit, the log-softmax, entropy and the other outputs in float64, nothing chunked. Everything else is stock
    TRL, unpatched, on a float64 copy of the same weights, with the same seeds, so its rollouts, batches and
    shuffles are the stock run's.
-2. Perturbed reference. The reference again, with every output-layer weight multiplied by (1 + u32 * s), s = +-1 at
-   random (a private generator: the global RNG stream, and so the rollouts, stay the reference's). A logit
-   z = sum_k h_k w_vk then moves as float32 rounding of each product would move it; how far each compared quantity
-   moves in response is its conditioning with respect to the logits' rounding, measured on the run itself (a
-   cancelling loss or metric moves far more than its size suggests). _parity uses it as the floor of its rule.
-3. The naive head of the perturbed side also multiplies its logits by (1 + u32 * s') with fresh signs s' at every
-   call. Fixed weight noise rounds every pass over a row alike, so a difference of two passes (GRPO's log-ratio of
-   the training pass to the old-log-prob pass, DPO/KTO's policy minus precomputed reference log-probs) would cancel
-   it exactly. A float32 head does not round two passes alike: TRL shuffles the rows between those passes and
-   batches the precompute differently, and BLAS kernels round a row by where it lands in the block (MKL's AVX2 path
-   does; AMX does not). Independent noise per call gives those differences their float32-sized conditioning.
+2. Perturbed reference. The reference again, with float32-sized random noise where float32 rounds (a private
+   generator per side: the global RNG stream, and so the rollouts, stay the reference's): every linear layer's
+   output y = x W^T gets u32 * (|x| @ |W|^T) * s' at every call, s' = +-1 fresh each time (the first-order rounding
+   of a dot product is u32 times the size of its summands, not of its result, which is how cancelling dot products
+   lose digits), and the output layer's weights are multiplied once by (1 + u32 * s). How far each compared quantity
+   moves in response is its conditioning with respect to float32 rounding, measured on the run itself: a cancelling
+   loss or metric moves far more than its size suggests. _parity uses it as the floor of its rule.
+3. Why fresh noise at every call, in every layer: a difference of two passes over the same rows (GRPO's log-ratio of
+   the training pass to the old-log-prob pass, DPO/KTO's policy minus precomputed reference log-probs) cancels any
+   noise that is the same in both passes. Float32 does not round two passes alike: TRL shuffles rows between those
+   passes and batches the precompute differently, BLAS kernels round a row by where it lands in the block (MKL's
+   AVX2 path does; AMX does not), and slimrl's shared-prefix forward packs other rows into the backbone.
+4. One draw of a scalar is a coin toss (it lands near zero one time in ten), so _parity draws twice (two perturbed
+   sides, other seeds) and takes the larger error.
 """
 
 from __future__ import annotations
@@ -84,7 +87,6 @@ def naive_fused_lm_head(model, temperature: float = 1.0, cast_lm_head_to_fp32: b
         else:
             labels = shift_labels
         z = self.get_output_embeddings()(hidden) * logit_scale
-        z = _per_call_noise(self, z)
         if softcap is not None:
             z = softcap * torch.tanh(z / softcap)
         fields = naive_outputs(z / temperature, labels)
@@ -114,7 +116,6 @@ def float64_head():
 
 
 U32 = 2.0**-24  # float32 unit roundoff
-PERTURBATION_SEED = 20261122
 
 
 def output_layer(model):
@@ -130,18 +131,19 @@ def _random_signs(shape, generator: torch.Generator, like: torch.Tensor) -> torc
 
 
 @torch.no_grad()
-def perturb_output_layer(model, seed: int = PERTURBATION_SEED) -> None:
-    """Multiply every weight of the model's output layer by (1 + u32 * s), s = +-1, and switch on the naive head's
-    per-call logit noise (see the module docstring, points 2 and 3)."""
+def perturb_rounding(model, seed: int) -> None:
+    """Multiply every weight of the model's output layer by (1 + u32 * s), s = +-1, and add to every linear layer's
+    output, at every call, u32 * (|x| @ |W|^T) * s' with fresh signs s' (the module docstring, points 2 and 3)."""
     layer = output_layer(model)
     generator = torch.Generator(device="cpu").manual_seed(seed)
     layer.weight.mul_(1 + U32 * _random_signs(layer.weight.shape, generator, layer.weight))
-    layer.parity_logit_noise = generator
 
+    def round_like_float32(module, inputs, output):
+        with torch.no_grad():  # a constant offset: the backward pass stays the reference's
+            summands = torch.nn.functional.linear(inputs[0].abs(), module.weight.abs())
+            noise = U32 * summands * _random_signs(output.shape, generator, output)
+        return output + noise
 
-def _per_call_noise(model, z: torch.Tensor) -> torch.Tensor:
-    """z * (1 + u32 * s') with fresh signs when the model's output layer was perturbed, else z (point 3)."""
-    generator = getattr(output_layer(model), "parity_logit_noise", None)
-    if generator is None:
-        return z
-    return z * (1 + U32 * _random_signs(z.shape, generator, z))
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(round_like_float32)

@@ -3,10 +3,11 @@
 Patched (beyond the shared set-up of trainer_setup.py):
 1. `add_fused_lm_head`, the module-level name the trainer module calls in `__init__`: slimrl's head
    (slimrl.ops.logprob: completion-only scoring, bounded row chunks). TRL's private helpers it reads are checked seams.
-2. Config: the fields `vllm_sampling_params` (rollouts on the model's vLLM engine) and `slimrl_reward_errors`
-   ("raise" | "skip", see rewards.py); `max_new_tokens` as the older name of `max_completion_length`, the removed
-   `max_prompt_length` refused saying why (compat.py); config checks: learning rate, sampling temperature, batch
-   geometry fitted or refused (validation.py).
+2. Config: the fields `vllm_sampling_params` (rollouts on the model's vLLM engine), `slimrl_reward_errors`
+   ("raise" | "skip", see rewards.py) and `slimrl_shared_prefix` ("auto" | True | False, shared_prefix_rules.py);
+   `max_new_tokens` as the older name of `max_completion_length`, the removed `max_prompt_length` refused saying
+   why (compat.py); config checks: learning rate, sampling temperature, batch geometry fitted or refused
+   (validation.py).
 3. Trainer `__init__`: every callable reward function wrapped (rewards.py: keywords by signature, a parameter no
    column provides refused now, failures named); the model's `max_seq_length` against the completion length and
    the dataset's longest prompt; around TRL's `__init__`, the engine's rollout config
@@ -17,6 +18,8 @@ Patched (beyond the shared set-up of trainer_setup.py):
    the max_seq_length check on the actual prompts.
 5. `VLLMGeneration`: rollouts on the model's own vLLM engine when FastLanguageModel.from_pretrained
    (fast_inference=True) attached one; TRL's class otherwise (vllm_rollouts.py).
+6. `_get_per_token_logps_and_entropies` (policy, old-policy and reference forwards): run inside the shared-prefix
+   context, each distinct prompt of a forward's rows computed once (shared_prefix.py).
 TRL's own: the whole GRPO/RLOO step (generation, rewards, advantages, every loss type, buffering, metrics).
 """
 
@@ -25,11 +28,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from . import validation
+from . import shared_prefix_rules, validation
 from .compat import ONLINE_REMOVED, ONLINE_RENAMED
 from .data_checks import dataset_check
 from .rewards import check_policy, checked_rewards
 from .seams import Patch
+from .shared_prefix import logprob_seam_patches
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
 from .vllm_rollouts import VLLM_GENERATION_USES, engine_rollouts, make_vllm_generation
 
@@ -41,6 +45,7 @@ def check_sequence_lengths(call: SetupCall) -> None:
 
 def check_config(args) -> None:
     check_policy(args.slimrl_reward_errors)
+    shared_prefix_rules.check_config(args)
     validation.check_config(args)
 
 
@@ -55,7 +60,7 @@ def wrap_reward_functions(call: SetupCall) -> None:
 
 
 ONLINE = Family(
-    config_fields=(("vllm_sampling_params", None), ("slimrl_reward_errors", "raise")),
+    config_fields=(("vllm_sampling_params", None), ("slimrl_reward_errors", "raise"), shared_prefix_rules.FIELD),
     renamed_fields=ONLINE_RENAMED,
     removed_fields=ONLINE_REMOVED,
     check_config=check_config,
@@ -100,4 +105,5 @@ def online_patches(algorithm: str, module: str, trainer: str, config_module: str
               "inference/training mode around rollouts"),
         Patch(module, "VLLMGeneration", ("model", "accelerator", "processing_class", "mode"), make_vllm_generation,
               "rollouts on the model's attached vLLM engine", uses=VLLM_GENERATION_USES),
+        *logprob_seam_patches(trainer_path),
     ]
