@@ -23,7 +23,7 @@ import time
 DEFAULT_OUTPUT_DIR = "outputs/slimrl-ppo-{task}"
 PPO_BAR_KEYS = {"score": "objective/scores", "kl": "objective/kl", "value": "loss/value_avg"}
 
-# PPOConfig field -> (CLI default, why). Basis: the runs in docs/README-ppo.md (embedded SmolLM2-135M, arithmetic task).
+# PPOConfig field -> (CLI default, why). Basis: the runs in README.md, "PPO" (embedded SmolLM2-135M, arithmetic task).
 PPO_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
     "output_dir": (DEFAULT_OUTPUT_DIR, "{task} is replaced by the task or dataset name"),
     "learning_rate": (1e-4, "LoRA needs a far larger step than full fine-tuning's to move in a few dozen steps"),
