@@ -3,9 +3,9 @@
 Parity (the sides of tests/patches/_parity.py, harness _orpo_cpo_parity) with `slimrl_shared_prefix=True` on the
 patched side: ORPO full fine-tuning (accumulation 2) and LoRA (checkpointing), CPO sigmoid and simpo (with
 `slimrl_num_chunks`) with LoRA; the batches' prompts have mixed lengths and chosen / rejected rows are right-padded
-to TRL's concatenated length. Every logged metric is compared, the mean-logits metrics (every position, padding included) among them. Each case checks
-the path was taken (positions counted); a leaky mask fails parity; a model type not verified falls back with its
-reason; "auto" keeps a tiny forward per-row; the configs declare the field.
+to TRL's concatenated length. Every logged metric is compared, the mean-logits metrics (every position, padding
+included) among them. Each case checks the path was taken (positions counted); a leaky mask fails parity; a model
+type not verified falls back with its reason; "auto" keeps a tiny forward per-row; the configs declare the field.
 """
 
 import logging
