@@ -11,7 +11,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["FastLanguageModel", "PatchFastRL", "unpatch", "is_patched", "PatchError", "__version__"]
+__all__ = ["FastLanguageModel", "PatchFastRL", "unpatch", "is_patched", "PatchError", "SafeInterrupt", "plan",
+           "__version__"]
 
 
 def __getattr__(name):
@@ -24,4 +25,12 @@ def __getattr__(name):
         from .patches import registry
 
         return getattr(registry, name)
+    if name == "SafeInterrupt":
+        from .training.interrupt import SafeInterrupt
+
+        return SafeInterrupt
+    if name == "plan":
+        from .planning import plan
+
+        return plan
     raise AttributeError(f"module 'slimrl' has no attribute {name!r}")

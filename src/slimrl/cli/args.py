@@ -70,7 +70,8 @@ class ModelArguments:
 
 @dataclass
 class DataArguments:
-    """What every training command reads about its data: the built-in task or a dataset, and the eval split."""
+    """What every training command reads: its data (the built-in task or a dataset, the eval split) and run control
+    (--resume, --max_memory_gb)."""
 
     task: str = field(default="arithmetic", metadata={
         "help": "Built-in task (arithmetic; the preference commands: the correct answer chosen, a wrong one rejected, "
@@ -93,6 +94,15 @@ class DataArguments:
     prompt_column: str = field(default="prompt", metadata={
         "help": "Column holding the prompt (a string or a list of chat messages)."})
     plot: bool = field(default=True, metadata={"help": "Write training_curves.png (needs matplotlib)."})
+    # run control (slimrl.cli.run_control): resuming and the memory budget
+    resume: str | None = field(default=None, metadata={
+        "nargs": "?", "const": "latest",
+        "help": "Resume a stopped run: alone, the newest checkpoint in --output_dir; with a folder, that checkpoint "
+                "or the newest one in that run folder. Ctrl-C / SIGTERM and out-of-memory stops write one."})
+    max_memory_gb: float | None = field(default=None, metadata={
+        "help": "Stop (keeping the last step's checkpoint) when a step's measured peak memory exceeds this many GiB "
+                "(peak RSS on CPU, allocated memory on CUDA); see `slimrl plan` for what a run needs."})
+    resume_command: str | None = field(default=None, init=False, repr=False)  # set by run_control
 
 
 @dataclass
@@ -156,6 +166,9 @@ def parse_grpo_args(argv: list[str]):
         if task_args.dataset_name:
             name = task_args.dataset_name.rstrip("/").replace("\\", "/").split("/")[-1].split(".")[0] or "dataset"
         training_args.output_dir = str(training_args.output_dir).replace("{task}", name)
+    from slimrl.cli.run_control import apply_run_flags
+
+    apply_run_flags("grpo", list(argv), task_args, training_args)
     return task_args, model_args, training_args
 
 
@@ -237,4 +250,7 @@ def parse_preference_args(algorithm: str, argv: list[str]):
     if task_args.dataset_name:
         name = task_args.dataset_name.rstrip("/").replace("\\", "/").split("/")[-1].split(".")[0] or "dataset"
     training_args.output_dir = str(training_args.output_dir).replace("{algorithm}", algorithm).replace("{task}", name)
+    from slimrl.cli.run_control import apply_run_flags
+
+    apply_run_flags(algorithm, list(argv), task_args, training_args)
     return task_args, model_args, training_args

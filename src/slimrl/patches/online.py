@@ -13,6 +13,8 @@ Patched (beyond the shared set-up of trainer_setup.py):
    the max_seq_length check on the actual prompts.
 5. `VLLMGeneration`: rollouts on the model's own vLLM engine when FastLanguageModel.from_pretrained
    (fast_inference=True) attached one; TRL's class otherwise (vllm_rollouts.py).
+6. `_save_checkpoint` / `_load_optimizer_and_scheduler`: the rollout buffer travels with each checkpoint, so a
+   resume in the middle of a buffer repeats the uninterrupted run (rollout_buffer.py).
 TRL's own: the whole GRPO/RLOO step (generation, rewards, advantages, every loss type, buffering, metrics).
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import functools
 
 from . import validation
+from .rollout_buffer import rollout_buffer_patches
 from .seams import Patch
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
 from .vllm_rollouts import VLLM_GENERATION_USES, engine_rollouts, make_vllm_generation
@@ -73,4 +76,5 @@ def online_patches(module: str, trainer: str, config_module: str, config: str) -
               "inference/training mode around rollouts"),
         Patch(module, "VLLMGeneration", ("model", "accelerator", "processing_class", "mode"), make_vllm_generation,
               "rollouts on the model's attached vLLM engine", uses=VLLM_GENERATION_USES),
+        *rollout_buffer_patches(trainer_path),
     ]
