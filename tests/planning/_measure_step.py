@@ -100,7 +100,8 @@ def plan_for(spec: dict, **kwargs):
     from slimrl.testing import tiny_llama_config
 
     fields = dict(per_device_train_batch_size=8, gradient_accumulation_steps=1, bf16=False,
-                  gradient_checkpointing=bool(spec.get("checkpointing", False)), **spec.get("config", {}))
+                  gradient_checkpointing=bool(spec.get("checkpointing", False)))
+    fields.update(spec.get("config", {}))
     if spec["algorithm"] == "grpo":
         fields["max_completion_length"] = spec["completion_length"]
     else:

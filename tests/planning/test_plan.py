@@ -2,8 +2,9 @@
 against measured peaks is test_plan_accuracy.py, slow tier).
 
 - parameter and LoRA counts: equal to the real model's and PEFT's (exact);
-- saved activations per token and layer: within 10% of the bytes autograd saves for a Llama block (counted with
-  saved-tensor hooks; the formula leaves out rotary tables and the attention's log-sum-exp);
+- saved activations per token and layer, LoRA and full fine-tuning, fp32 and bf16: within 6% of the bytes autograd
+  saves for a 3-layer Llama (counted with saved-tensor hooks; LoRA is within 0.2%, full fine-tuning misses the
+  model's final norm, which the formula leaves out, ~4%);
 - the KV cache: equal to the DynamicCache `generate` leaves (exact), the growth copy on top;
 - the log-prob head's rows: the chunking slimrl's head uses (slimrl.ops.chunking);
 - the combination: CPU's heap carry-over, CUDA's plain maximum, fits / suggestions, the `slimrl plan` command.
@@ -56,18 +57,19 @@ def _saved_bytes(model, tokens=(4, 48)) -> int:
 
 
 @pytest.mark.parametrize("lora", [True, False])
-def test_saved_activations_match_autograd(lora):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_saved_activations_match_autograd(lora, dtype):
     from slimrl import FastLanguageModel
 
-    model = tiny_llama(**SHAPE)
+    model = tiny_llama(dtype=getattr(torch, dtype), **SHAPE)
     if lora:
         model = FastLanguageModel.get_peft_model(model, r=8, use_gradient_checkpointing=False)
     backbone = (model.get_base_model() if lora else model).model
     measured = _saved_bytes(backbone) / (4 * 48 * SHAPE["num_layers"])
     shape = model_shape(tiny_llama_config(**SHAPE), lora_rank=8 if lora else None)
-    run = run_shape("grpo", {}, lora=lora, prompt_length=8, max_completion_length=8)
+    run = run_shape("grpo", {}, lora=lora, prompt_length=8, max_completion_length=8, dtype=dtype)
     planned = T.per_token_layer_bytes(shape, run)
-    assert abs(planned / measured - 1) < 0.10, (planned, measured)
+    assert abs(planned / measured - 1) < 0.06, (planned, measured)
 
 
 def test_kv_cache_formula_is_the_dynamic_cache():

@@ -48,7 +48,7 @@ def _dataset(kind: str):
     import _tiny as T
 
     prompts = [T.PROMPTS[i % len(T.PROMPTS)] for i in range(24)]
-    if kind == "grpo":
+    if kind in ("grpo", "rloo"):
         return Dataset.from_dict({"prompt": prompts})
     return Dataset.from_dict({"prompt": prompts, "chosen": [f" the answer is {i}" for i in range(24)],
                               "rejected": [f" no {i % 7} maybe" for i in range(24)]})
@@ -65,11 +65,12 @@ def build_trainer(kind: str, out: str, max_steps: int, callbacks=()):
                                              use_gradient_checkpointing=False)
     common = dict(output_dir=out, max_steps=max_steps, logging_steps=1, save_strategy="no", report_to=[],
                   use_cpu=True, bf16=False, learning_rate=1e-2, seed=3, disable_tqdm=True)
-    if kind == "grpo":
-        from trl import GRPOConfig, GRPOTrainer
+    if kind in ("grpo", "rloo"):
+        from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
-        return GRPOTrainer(model=model, reward_funcs=_reward, args=GRPOConfig(**common, **GRPO_ARGS),
-                           train_dataset=_dataset(kind), processing_class=T.tokenizer(), callbacks=list(callbacks))
+        config, trainer = (GRPOConfig, GRPOTrainer) if kind == "grpo" else (RLOOConfig, RLOOTrainer)
+        return trainer(model=model, reward_funcs=_reward, args=config(**common, **GRPO_ARGS),
+                       train_dataset=_dataset(kind), processing_class=T.tokenizer(), callbacks=list(callbacks))
     from trl import DPOConfig, DPOTrainer
 
     return DPOTrainer(model=model, args=DPOConfig(**common, **DPO_ARGS), train_dataset=_dataset(kind),

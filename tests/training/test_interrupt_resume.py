@@ -1,14 +1,14 @@
 """Interruption and resume fidelity (issue 15, items 3-4): a real SIGINT/SIGTERM sent to a child process in the
-middle of a tiny GRPO or DPO training; the resumed run repeats the uninterrupted one.
+middle of a tiny GRPO, RLOO or DPO training; the resumed run repeats the uninterrupted one.
 
 Every run is a forked child with one torch thread, so all three runs (straight, interrupted, resumed) execute the
 same float operations in the same order on the same kernels: the tolerance is zero (bitwise-equal losses and
 adapter weights). A resume that skipped any state (RNG, optimizer, scheduler, data order, the rollout buffer) would
 change the samples or the update and show up as a difference. GRPO runs with steps_per_generation=2 and
 num_iterations=2 (one generation serves 4 optimizer steps), interrupted after step 3 of 6: the resume starts in the
-middle of a rollout buffer and regenerates at step 5. DPO runs with gradient accumulation 2 and a shuffled sampler.
-Negative controls: the same comparison fails on a 0.1% change of one adapter weight, and a resume whose checkpoint
-lost the rollout buffer (stock TRL's behaviour) does not repeat the run.
+middle of a rollout buffer and regenerates at step 5 (RLOO the same). DPO runs with gradient accumulation 2 and a
+shuffled sampler. Negative controls: the same comparison fails on a 0.1% change of one adapter weight, and a resume
+whose checkpoint lost the rollout buffer (stock TRL's behaviour) does not repeat the run.
 """
 
 import json
@@ -36,7 +36,7 @@ def _imported_before_fork():
     import datasets  # noqa: F401
     import peft  # noqa: F401
     import trl  # noqa: F401
-    from trl import DPOTrainer, GRPOTrainer  # noqa: F401
+    from trl import DPOTrainer, GRPOTrainer, RLOOTrainer  # noqa: F401
 
 
 def _start(kind, root, name, max_steps=MAX_STEPS, **kwargs):
@@ -84,7 +84,7 @@ def _interrupt(kind, root, signum, pause_at=HALF):
     return _finish(proc)
 
 
-@pytest.mark.parametrize("kind, signum", [("grpo", signal.SIGINT), ("dpo", signal.SIGTERM)])
+@pytest.mark.parametrize("kind, signum", [("grpo", signal.SIGINT), ("dpo", signal.SIGTERM), ("rloo", signal.SIGTERM)])
 def test_interrupted_run_resumes_to_the_uninterrupted_result(kind, signum, tmp_path, capfd):
     straight, straight_results = _start(kind, tmp_path, "straight")
     assert _finish(straight) == 0
@@ -93,7 +93,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(kind, signum, tmp_p
     assert checkpoint is not None and checkpoint.endswith(f"checkpoint-{HALF}")
     for name in ("adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"):
         assert os.path.isfile(os.path.join(checkpoint, name)), name
-    assert os.path.isfile(os.path.join(checkpoint, BUFFER_FILE)) == (kind == "grpo")
+    assert os.path.isfile(os.path.join(checkpoint, BUFFER_FILE)) == (kind != "dpo")
     err = capfd.readouterr().err
     name = signal.Signals(signum).name
     assert f"stopped by {name} after step {HALF}/{MAX_STEPS}; checkpoint {checkpoint}." in err
@@ -141,3 +141,30 @@ def test_second_signal_exits_at_once_without_a_checkpoint(tmp_path, capfd):
     err = capfd.readouterr().err
     assert "SIGINT: finishing step 2, then saving a checkpoint" in err
     assert "second SIGINT: exiting now, without a checkpoint" in err
+
+
+def _agree(rank, flag, port, results):
+    import torch.distributed as dist
+
+    from slimrl.training.interrupt import any_rank
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    results.put((rank, any_rank(flag)))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("flags", [(True, False), (False, False)])
+def test_all_processes_stop_after_the_same_step(flags):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = FORK.Queue()
+    procs = [FORK.Process(target=_agree, args=(rank, flag, port, results)) for rank, flag in enumerate(flags)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        assert _finish(proc, timeout=60) == 0
+    answers = dict(results.get(timeout=5) for _ in procs)
+    assert answers == {0: any(flags), 1: any(flags)}

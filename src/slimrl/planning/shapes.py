@@ -38,6 +38,8 @@ class ModelShape:
     lora_params: int = 0  # LoRA A + B elements for the requested rank and targets (0: none asked)
     lora_targets: tuple[str, ...] = ()
     lora_rank_sum_per_layer: int = 0  # r x number of LoRA modules in one decoder block (their A outputs are saved)
+    lora_inputs_per_layer: int = 0  # in_features summed over one block's LoRA modules
+    lora_shared_inputs_per_layer: int = 0  # the same, counting an input read by several of them once (SHARED_INPUTS)
     extras: dict = field(default_factory=dict)
 
 
@@ -92,24 +94,34 @@ def _meta_model(config):
     return model
 
 
-def _lora_counts(model, targets, rank: int) -> tuple[int, int, tuple[str, ...]]:
-    """(LoRA elements in the whole model, r x LoRA modules in one block, target names) for `targets` (None:
-    slimrl's default)."""
+# Linear layers of a block that read the same tensor (Llama-style names); the attention output projection reads
+# the attention's own output, which autograd keeps anyway
+SHARED_INPUTS = ({"q_proj", "k_proj", "v_proj"}, {"gate_proj", "up_proj"}, {"o_proj"})
+
+
+def _lora_counts(model, targets, rank: int) -> dict:
+    """LoRA sizes for `targets` (None: slimrl's default): elements in the whole model, and per block r x modules,
+    their inputs' widths, and those widths with a shared input counted once."""
     from ..models.lora import _is_linear, decoder_layers, default_target_modules
 
     names = tuple(sorted(default_target_modules(model) if targets is None else targets))
-    layers = decoder_layers(model)
-    total = per_layer = 0
-    for index, layer in enumerate(layers):
+    total, first = 0, {}
+    for index, layer in enumerate(decoder_layers(model)):
         for name, module in layer.named_modules():
-            if name and _is_linear(module) and name.rsplit(".", 1)[-1] in names:
+            short = name.rsplit(".", 1)[-1]
+            if name and _is_linear(module) and short in names:
                 in_f, out_f = _linear_dims(module)
                 total += rank * (in_f + out_f)
-                per_layer += rank if index == 0 else 0
+                if index == 0:
+                    first[short] = in_f
     if total == 0:
         raise ValueError(f"LoRA targets {list(names)} match no Linear layer inside the decoder blocks of "
                          f"{type(model).__name__}.")
-    return total, per_layer, names
+    grouped = {n for group in SHARED_INPUTS for n in group}
+    shared = sum(v for n, v in first.items() if n not in grouped)
+    shared += sum(max((first[n] for n in group if n in first), default=0) for group in SHARED_INPUTS[:2])
+    return dict(lora_params=total, lora_targets=names, lora_rank_sum_per_layer=rank * len(first),
+                lora_inputs_per_layer=sum(first.values()), lora_shared_inputs_per_layer=shared)
 
 
 def _linear_dims(module) -> tuple[int, int]:
@@ -130,9 +142,7 @@ def model_shape(model, lora_rank: int | None = None, lora_targets=None) -> Model
     params = list(meta.parameters())
     linear = sum(m.weight.numel() for layer in decoder_layers(meta) for m in layer.modules() if _is_linear(m))
     heads = text.num_attention_heads
-    lora = (0, 0, ())
-    if lora_rank:
-        lora = _lora_counts(meta, lora_targets, lora_rank)
+    lora = _lora_counts(meta, lora_targets, lora_rank) if lora_rank else {}
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     name = str(model) if isinstance(model, (str, os.PathLike)) else getattr(config, "_name_or_path", "")
     return ModelShape(
@@ -143,6 +153,5 @@ def model_shape(model, lora_rank: int | None = None, lora_targets=None) -> Model
         tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
         num_params=sum(p.numel() for p in params), decoder_linear_params=linear,
         largest_param=max((p.numel() for p in params), default=0),
-        param_sizes=tuple(sorted(p.numel() for p in params)),
-        lora_params=lora[0], lora_rank_sum_per_layer=lora[1], lora_targets=lora[2],
+        param_sizes=tuple(sorted(p.numel() for p in params)), **lora,
     )

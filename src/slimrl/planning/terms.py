@@ -9,11 +9,14 @@ The formulas (module docstring of slimrl.planning.plan says how they combine int
 - optimizer state: AdamW's two moments, 2 x trainable x (4 for LoRA, w for full fine-tuning).
 - gradients: trainable x (4 or w), alive from the first backward of a step to the optimizer step.
 - optimizer step: CPU's single-tensor AdamW makes ~3 temporaries of one tensor; CUDA's foreach AdamW ~1 of all.
-- saved activations, per token and layer: a x (8H + 4I) (layer input, normed input, q, k, v (kv heads repeated
-  for attention), attention output, mid residual, normed residual; gate, SiLU(gate), up, their product), + 2H x a
-  when the norms are trained (full fine-tuning), + 4 B x r per LoRA module (its A output). Counted from autograd's
-  saved tensors of a Llama block (tests/planning). With checkpointing: a x H per token and layer (the block input)
-  plus one block's full set during its recompute; "offload" moves the block inputs to host memory (CUDA).
+- saved activations, per token and layer (counted from autograd's saved tensors of Llama blocks in fp32 and bf16,
+  tests/planning): attention a x (2 q_dim + 2 kv_dim) (q, output, k, v; no kv repeat with SDPA) + 4 B x heads; the
+  two RMSNorms 2 x (4H + 4) (the fp32 residual each keeps, and its rsqrt); the MLP 3I x a (gate, SiLU(gate), up);
+  the Linear inputs: LoRA keeps its fp32 input (4 B x the LoRA modules' input widths, an input shared by q/k/v or
+  gate/up counted once when activations are fp32 too) and 4 B x r per module (its A output); full fine-tuning keeps
+  a x (4H + I) (each norm's output and normalized input, the down projection's input). With checkpointing: a x H
+  per token and layer (the block input) plus one block's full set during its recompute; "offload" moves the block
+  inputs to host memory (CUDA).
 - policy tokens: b x T (online), 2b x T (DPO/ORPO/CPO: chosen and rejected), b x T (KTO); shared prefix: the
   distinct prompts' P once each plus b x C.
 - log-prob head (slimrl.ops.lean_logprob, CPU): n = scored tokens (b x C; 2b x C paired) cut into k row chunks
@@ -107,9 +110,15 @@ def optimizer_temporaries(m: ModelShape, r: RunShape) -> Part:
 
 
 def per_token_layer_bytes(m: ModelShape, r: RunShape) -> int:
-    """Saved activations of one block per token without checkpointing."""
-    h = 8 * m.hidden + 4 * m.intermediate + (0 if r.lora else 2 * m.hidden)
-    return h * r.act_bytes + 4 * m.lora_rank_sum_per_layer
+    """Saved activations of one block per token without checkpointing (see the module docstring)."""
+    a, q_dim, kv_dim = r.act_bytes, m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    attention = a * (2 * q_dim + 2 * kv_dim) + 4 * m.num_heads
+    norms = 2 * (4 * m.hidden + 4)
+    mlp = 3 * m.intermediate * a
+    if not r.lora:
+        return attention + norms + mlp + a * (4 * m.hidden + m.intermediate)
+    widths = m.lora_shared_inputs_per_layer if a == 4 else m.lora_inputs_per_layer
+    return attention + norms + mlp + 4 * widths + 4 * m.lora_rank_sum_per_layer
 
 
 def _rows(r: RunShape) -> int:

@@ -14,7 +14,10 @@ Choices:
 3. Exit codes follow the shell's convention, 128 + the signal: 130 for SIGINT, 143 for SIGTERM. `SystemExit` is
    raised from `on_train_end`, once the handlers are restored; `exit=False` lets `train()` return instead
    (`interrupted`, `checkpoint` and `exit_code` tell what happened).
-4. The handlers live from `on_train_begin` to `on_train_end` (callers that may raise out of `train()` call
+4. Several processes (DDP, FSDP, DeepSpeed) must stop after the same step, or the others would wait forever in
+   the next collective: each step end, the ranks agree (`any_rank`: one all-reduce of a flag) and all stop when any
+   of them got a signal.
+5. The handlers live from `on_train_begin` to `on_train_end` (callers that may raise out of `train()` call
    `restore()` in a `finally`). Python installs signal handlers only in the main thread; elsewhere a warning says
    the callback cannot act. With fast_inference, a terminal's Ctrl-C also reaches vLLM's worker processes when they
    are separate processes; `kill -TERM <pid>` reaches the trainer alone.
@@ -33,6 +36,19 @@ from transformers import TrainerCallback
 from .checkpoints import CHECKPOINT_PREFIX
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def any_rank(flag: bool) -> bool:
+    """True when `flag` is true on any process of the default process group (the flag itself when there is none)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    value = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
 
 
 def _say(text: str) -> None:
@@ -102,7 +118,8 @@ class SafeInterrupt(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self._step = state.global_step
-        if self.signum is not None and self.stopped_at is None:
+        if self.stopped_at is None and any_rank(self.signum is not None):
+            self.signum = self.signum or signal.SIGTERM  # another process was signalled: stop as for SIGTERM
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True

@@ -12,7 +12,8 @@ Choices:
    match), and nothing retries.
 2. The checkpoint of the last completed step is written as it would have been at that step's end: at the start of
    every optimizer step slimrl records the RNG states, the GRPO/RLOO rollout buffer and micro-step counter, and the
-   token/FLOP counters (a few KB; the buffer is a reference, not a copy). On the failure the gradients are dropped,
+   token/FLOP counters (a few KB; the buffer is a reference, not a copy, so a step that regenerates keeps the
+   previous buffer alive until it ends). On the failure the gradients are dropped,
    those are put back and the trainer's own `_save_checkpoint` runs, unless that checkpoint exists already.
    Nothing is saved when no step completed.
 3. The message gives the failing allocation (or the measured peak), the last completed step's measured peak,
