@@ -168,3 +168,16 @@ def test_all_processes_stop_after_the_same_step(flags):
         assert _finish(proc, timeout=60) == 0
     answers = dict(results.get(timeout=5) for _ in procs)
     assert answers == {0: any(flags), 1: any(flags)}
+
+
+def test_a_signal_after_train_died_is_delivered_as_before():
+    from slimrl import SafeInterrupt
+
+    interrupt = SafeInterrupt()
+    before = signal.getsignal(signal.SIGINT)
+    interrupt.install()  # what on_train_begin does; train() then "dies" without on_train_end
+    assert signal.getsignal(signal.SIGINT) == interrupt._handle
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)  # the handler runs between bytecodes
+    assert signal.getsignal(signal.SIGINT) is before and interrupt.signum is None

@@ -17,10 +17,12 @@ Choices:
 4. Several processes (DDP, FSDP, DeepSpeed) must stop after the same step, or the others would wait forever in
    the next collective: each step end, the ranks agree (`any_rank`: one all-reduce of a flag) and all stop when any
    of them got a signal.
-5. The handlers live from `on_train_begin` to `on_train_end` (callers that may raise out of `train()` call
-   `restore()` in a `finally`). Python installs signal handlers only in the main thread; elsewhere a warning says
-   the callback cannot act. With fast_inference, a terminal's Ctrl-C also reaches vLLM's worker processes when they
-   are separate processes; `kill -TERM <pid>` reaches the trainer alone.
+5. The handlers live from `on_train_begin` to `on_train_end`. When `train()` died on an exception, on_train_end
+   never ran: a signal that finds no HF Trainer code on the stack restores the previous handlers and is delivered
+   to them (Ctrl-C raises KeyboardInterrupt as usual). Callers that own the loop call `restore()` in a `finally`.
+   Python installs signal handlers only in the main thread; elsewhere a warning says the callback cannot act.
+6. With fast_inference, a terminal's Ctrl-C also reaches vLLM's worker processes when they are separate
+   processes; `kill -TERM <pid>` reaches the trainer alone.
 """
 
 from __future__ import annotations
@@ -49,6 +51,15 @@ def any_rank(flag: bool) -> bool:
     value = torch.tensor([int(flag)], device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
+
+
+def _trainer_running(frame) -> bool:
+    """True when the interrupted code runs inside transformers' Trainer (its train loop is on the stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.replace(os.sep, "/").endswith("transformers/trainer.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _say(text: str) -> None:
@@ -103,6 +114,10 @@ class SafeInterrupt(TrainerCallback):
 
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
+        if not _trainer_running(frame):  # train() is gone (an exception): behave as before SafeInterrupt
+            self.restore()
+            signal.raise_signal(signum)
+            return
         if self.signum is not None:
             _say(f"[slimrl] second {name}: exiting now, without a checkpoint (the last complete one stays).")
             os._exit(128 + signum)
