@@ -15,8 +15,22 @@ __all__ = ["FastLanguageModel", "PatchFastRL", "unpatch", "is_patched", "PatchEr
            "__version__"]
 
 
+_checked = False
+
+
+def _check_versions_once() -> None:
+    global _checked
+    if not _checked:
+        from .versions import check
+
+        check()  # raises ImportError naming any library outside slimrl's supported ranges (slimrl/versions.py)
+        _checked = True
+
+
 def __getattr__(name):
     # Lazy: `import slimrl` stays cheap and never imports trl before the user's script does
+    if name in ("FastLanguageModel", "PatchFastRL"):
+        _check_versions_once()
     if name == "FastLanguageModel":
         from .models.fast_language_model import FastLanguageModel
 

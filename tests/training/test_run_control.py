@@ -61,7 +61,7 @@ def test_resume_errors_name_the_problem(tmp_path):
 def test_max_memory_gb_reaches_the_config_and_is_validated():
     _, _, args = parse_grpo_args(["--bf16", "False", "--max_memory_gb", "3.5"])
     assert args.slimrl_max_memory_gb == 3.5
-    with pytest.raises(ValueError, match="--max_memory_gb must be a positive number"):
+    with pytest.raises(ValueError, match="slimrl_max_memory_gb must be a positive number"):
         parse_grpo_args(["--bf16", "False", "--max_memory_gb", "0"])
 
 

@@ -1,5 +1,6 @@
 """What every training command (`slimrl grpo | dpo | orpo | kto`, and any later one) does around `trainer.train()`:
-`--resume [DIR]`, Ctrl-C / SIGTERM, `--max_memory_gb`, and out-of-memory stops.
+`--resume [DIR]`, Ctrl-C / SIGTERM, and out-of-memory stops (the budget `--max_memory_gb` is slimrl's config field
+`slimrl_max_memory_gb`, set by cli/args.py like the other slimrl fields).
 
     task_args, model_args, training_args = parse_...(argv)     # calls apply_run_flags(command, argv, ...)
     ...
@@ -23,7 +24,7 @@ import shlex
 from ..state import user_set
 from ..training.checkpoints import resolve_resume, run_dir_of
 from ..training.interrupt import SafeInterrupt
-from ..training.oom import BUDGET_FIELD, TrainingOutOfMemory, validate_memory_budget
+from ..training.oom import TrainingOutOfMemory
 
 RESUME_LATEST = "latest"  # the value of a bare `--resume` (argparse const)
 _RESUME_FLAGS = ("--resume", "--resume_from_checkpoint")
@@ -49,7 +50,7 @@ def resume_command(command: str, argv: list[str], output_dir: str) -> str:
 
 
 def apply_run_flags(command: str, argv: list[str], task_args, training_args) -> None:
-    """--resume and --max_memory_gb into the TRL config; the resume command for the interrupt line."""
+    """--resume into the TRL config; the resume command for the interrupt line."""
     resume = task_args.resume
     if resume is not None:
         if training_args.resume_from_checkpoint:
@@ -61,8 +62,6 @@ def apply_run_flags(command: str, argv: list[str], task_args, training_args) -> 
                   f"{run_dir_of(checkpoint)}", flush=True)
             training_args.output_dir = run_dir_of(checkpoint)
         training_args.resume_from_checkpoint = checkpoint
-    if task_args.max_memory_gb is not None:
-        setattr(training_args, BUDGET_FIELD, validate_memory_budget(task_args.max_memory_gb, "--max_memory_gb"))
     task_args.resume_command = resume_command(command, argv, training_args.output_dir)
 
 

@@ -11,11 +11,11 @@ Choices:
    run; once: the error raised is `TrainingOutOfMemory` (a `torch.OutOfMemoryError`, so existing handlers still
    match), and nothing retries.
 2. The checkpoint of the last completed step is written as it would have been at that step's end: at the start of
-   every optimizer step slimrl records the RNG states, the GRPO/RLOO rollout buffer and micro-step counter, and the
-   token/FLOP counters (a few KB; the buffer is a reference, not a copy, so a step that regenerates keeps the
-   previous buffer alive until it ends). On the failure the gradients are dropped,
-   those are put back and the trainer's own `_save_checkpoint` runs, unless that checkpoint exists already.
-   Nothing is saved when no step completed.
+   every optimizer step slimrl records (slimrl.state.TrainerState.step_start) the RNG states, the GRPO/RLOO rollout
+   buffer and micro-step counter, and the token/FLOP counters (a few KB; the buffer is a reference, not a copy, so
+   a step that regenerates keeps the previous buffer alive until it ends). On the failure the gradients are
+   dropped, those are put back and the trainer's own `_save_checkpoint` runs, unless that checkpoint exists
+   already. Nothing is saved when no step completed.
 3. The message gives the failing allocation (or the measured peak), the last completed step's measured peak,
    slimrl's plan for this step (slimrl.planning, from the live model and config) and each setting that would fit
    the device (or the budget) by that plan.
@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import gc
 import random
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ..memory import gib
+from ..state import trainer_state
+from .budget import BUDGET_FIELD, budget_gb
 from .checkpoints import checkpoint_dir, has_rollout_buffer, is_complete
 
-BUDGET_FIELD = "slimrl_max_memory_gb"
 _CPU_ALLOCATION_FAILURE = "DefaultCPUAllocator: can't allocate memory"
 
 
@@ -52,18 +52,6 @@ class StepStart:
     counters: tuple  # (num_input_tokens_seen, current_flos)
     last_step_peak: int = 0  # measured peak of the previous (completed) step
     peak: int = 0  # measured peak so far in this step
-
-
-_STARTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def validate_memory_budget(value, name: str = BUDGET_FIELD):
-    """None, or a positive number of GiB."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a positive number of GiB (or None for no budget), got {value!r}.")
-    return float(value)
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -88,13 +76,14 @@ def _set_rng_state(state: dict) -> None:
 
 def step_start(trainer) -> StepStart:
     """The record for the trainer's current optimizer step, taken at its first micro-step."""
-    start = _STARTS.get(trainer)
+    state = trainer_state(trainer)
+    start = state.step_start
     if start is None or start.global_step != trainer.state.global_step:
         buffer = (trainer._step, trainer._buffered_inputs) if has_rollout_buffer(trainer) else None
         counters = (trainer.state.num_input_tokens_seen, getattr(trainer, "current_flos", 0))
         last = 0 if start is None else start.peak
         start = StepStart(trainer.state.global_step, _rng_state(), buffer, counters, last_step_peak=last)
-        _STARTS[trainer] = start
+        state.step_start = start
     return start
 
 
@@ -115,7 +104,7 @@ def check_budget(trainer, peak_bytes: int) -> None:
     """After a micro-step: record its measured peak; over slimrl_max_memory_gb, stop as for an out-of-memory."""
     start = step_start(trainer)
     start.peak = max(start.peak, peak_bytes)
-    budget = getattr(trainer.args, BUDGET_FIELD, None)
+    budget = budget_gb(trainer.args)
     if budget is not None and peak_bytes > budget * 1024**3:
         stop(trainer, start, f"measured peak {gib(peak_bytes):.2f} GiB is over {BUDGET_FIELD}={budget:g}")
 

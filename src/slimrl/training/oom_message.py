@@ -13,13 +13,9 @@ from ..models.checkpointing import checkpointing_mode
 from ..planning.breakdown import GiB, suggestions
 from ..planning.plan import plan
 from ..planning.run import algorithm_of
+from .budget import budget_gb
 
 MAX_SUGGESTIONS = 5
-
-
-def _limit_gb(trainer) -> float | None:
-    budget = getattr(trainer.args, "slimrl_max_memory_gb", None)
-    return float(budget) if budget is not None else None
 
 
 def _prompt_length(trainer) -> int | None:
@@ -44,7 +40,7 @@ def plan_for_trainer(trainer):
                 load_in_4bit=bool(getattr(base, "is_loaded_in_4bit", False)),
                 use_gradient_checkpointing=mode if mode is not None else None,
                 fast_inference=getattr(model, "vllm_engine", None) is not None,
-                device=trainer.accelerator.device.type, device_memory_gb=_limit_gb(trainer))
+                device=trainer.accelerator.device.type, device_memory_gb=budget_gb(trainer.args))
 
 
 def _plan_lines(trainer) -> list[str]:
