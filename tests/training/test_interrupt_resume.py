@@ -1,5 +1,5 @@
 """Interruption and resume fidelity (issue 15, items 3-4): a real SIGINT/SIGTERM sent to a child process in the
-middle of a tiny GRPO, RLOO or DPO training; the resumed run repeats the uninterrupted one.
+middle of a tiny GRPO, RLOO, DPO or PPO training; the resumed run repeats the uninterrupted one.
 
 Every run is a forked child with one torch thread, so all three runs (straight, interrupted, resumed) execute the
 same float operations in the same order on the same kernels: the tolerance is zero (bitwise-equal losses and
@@ -7,8 +7,9 @@ adapter weights). A resume that skipped any state (RNG, optimizer, scheduler, da
 change the samples or the update and show up as a difference. GRPO runs with steps_per_generation=2 and
 num_iterations=2 (one generation serves 4 optimizer steps), interrupted after step 3 of 6: the resume starts in the
 middle of a rollout buffer and regenerates at step 5 (RLOO the same). DPO runs with gradient accumulation 2 and a
-shuffled sampler. Negative controls: the same comparison fails on a 0.1% change of one adapter weight, and a resume
-whose checkpoint lost the rollout buffer (stock TRL's behaviour) does not repeat the run.
+shuffled sampler. slimrl's PPO (slow tier) runs one rollout per 2 optimizer steps, so step 3 is mid-rollout (its
+own checkpoint file holds the rollout). Negative controls: the same comparison fails on a 0.1% change of one adapter
+weight, and a resume whose checkpoint lost the rollout buffer (stock TRL's behaviour) does not repeat the run.
 """
 
 import json
@@ -37,6 +38,8 @@ def _imported_before_fork():
     import peft  # noqa: F401
     import trl  # noqa: F401
     from trl import DPOTrainer, GRPOTrainer, RLOOTrainer  # noqa: F401
+
+    import slimrl.ppo  # noqa: F401
 
 
 def _start(kind, root, name, max_steps=MAX_STEPS, **kwargs):
@@ -84,7 +87,8 @@ def _interrupt(kind, root, signum, pause_at=HALF):
     return _finish(proc)
 
 
-@pytest.mark.parametrize("kind, signum", [("grpo", signal.SIGINT), ("dpo", signal.SIGTERM), ("rloo", signal.SIGTERM)])
+@pytest.mark.parametrize("kind, signum", [("grpo", signal.SIGINT), ("dpo", signal.SIGTERM), ("rloo", signal.SIGTERM),
+                                          pytest.param("ppo", signal.SIGINT, marks=pytest.mark.slow)])
 def test_interrupted_run_resumes_to_the_uninterrupted_result(kind, signum, tmp_path, capfd):
     straight, straight_results = _start(kind, tmp_path, "straight")
     assert _finish(straight) == 0
@@ -93,7 +97,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(kind, signum, tmp_p
     assert checkpoint is not None and checkpoint.endswith(f"checkpoint-{HALF}")
     for name in ("adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"):
         assert os.path.isfile(os.path.join(checkpoint, name)), name
-    assert os.path.isfile(os.path.join(checkpoint, BUFFER_FILE)) == (kind != "dpo")
+    assert os.path.isfile(os.path.join(checkpoint, BUFFER_FILE)) == (kind in ("grpo", "rloo"))
     err = capfd.readouterr().err
     name = signal.Signals(signum).name
     assert f"stopped by {name} after step {HALF}/{MAX_STEPS}; checkpoint {checkpoint}." in err

@@ -58,6 +58,19 @@ def test_resume_errors_name_the_problem(tmp_path):
                          "--resume_from_checkpoint", str(tmp_path / "checkpoint-1")])
 
 
+@pytest.mark.parametrize("command", ["ppo", "dpo"])
+def test_every_training_command_resumes_under_its_own_name(command, tmp_path):
+    from slimrl.cli.args import parse_preference_args
+    from slimrl.cli.ppo import parse_ppo_args
+
+    out = tmp_path / "run"
+    _checkpoint(out, 4)
+    argv = ["--bf16", "False", "--output_dir", str(out), "--resume"]
+    task, _, args = parse_ppo_args(argv) if command == "ppo" else parse_preference_args(command, argv)
+    assert args.resume_from_checkpoint == str(out / "checkpoint-4")
+    assert task.resume_command == f"slimrl {command} --bf16 False --output_dir {out} --resume {out}"
+
+
 def test_max_memory_gb_reaches_the_config_and_is_validated():
     _, _, args = parse_grpo_args(["--bf16", "False", "--max_memory_gb", "3.5"])
     assert args.slimrl_max_memory_gb == 3.5

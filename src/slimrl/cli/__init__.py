@@ -1,5 +1,5 @@
-"""The `slimrl` command: `grpo` (train), `generate` / `chat` (try an adapter), `export` (merged / GGUF / Hub),
-`doctor` (environment report).
+"""The `slimrl` command: `grpo`, `ppo`, `dpo`, `orpo`, `kto` (train), `generate` / `chat` (try an adapter), `export`
+(merged / GGUF / Hub), `doctor` (environment report).
 
 Choices made: the entry point is `slimrl.cli:main(argv=None) -> int`, callable in-process (tests run `main([...])`).
 Subcommands are dispatched on the first word so `slimrl grpo` can use TRL's own TrlParser (GRPOConfig flags and
@@ -22,6 +22,8 @@ COMMANDS = {
            "arithmetic pairs: correct answer chosen, a wrong one rejected).",
     "orpo": "Train with ORPO (reference-free; TRL's experimental ORPOTrainer on slimrl's chunked loss).",
     "kto": "Train with KTO on rows labelled desirable / undesirable (built-in: the arithmetic set, unpaired).",
+    "ppo": "Train with PPO (a learned critic; every PPOConfig field is a flag; bare `slimrl ppo` trains the embedded "
+           "SmolLM2-135M on the arithmetic task, its correctness reward as the score).",
     "generate": "Answer prompt(s) with a trained adapter and with the base model (adapter disabled).",
     "chat": "Interactive `generate`: one prompt per line, empty line or EOF to quit.",
     "export": "Merge an adapter into its base (--format merged) or write a GGUF (--format gguf); --push_to_hub REPO.",
@@ -72,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with quiet_known_noise():
         try:
+            if command != "doctor":  # doctor reports versions; every other command needs supported ones
+                from slimrl.versions import check as check_versions
+
+                check_versions()
             return _dispatch(command, rest)
         except user_errors() as exc:
             if debug:
@@ -88,6 +94,13 @@ def _dispatch(command: str, rest: list[str]) -> int:
         apply_patches()  # before parsing: the patched GRPOConfig resolves bf16/fp16 for this device
         task_args, model_args, training_args = parse_grpo_args(rest)
         run_grpo(task_args, model_args, training_args)
+        return 0
+    if command == "ppo":
+        from slimrl.cli.ppo import apply_patches as apply_ppo_patches
+        from slimrl.cli.ppo import parse_ppo_args, run_ppo
+
+        apply_ppo_patches()
+        run_ppo(*parse_ppo_args(rest))
         return 0
     if command == "plan":
         from slimrl.cli.plan import run_plan

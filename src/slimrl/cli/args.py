@@ -60,8 +60,8 @@ class ModelArguments:
     use_gradient_checkpointing: bool | None = field(default=None, metadata={
         "help": "Gradient checkpointing in get_peft_model; unset = follow --gradient_checkpointing."})
     fast_inference: bool = field(default=False, metadata={
-        "help": "grpo: roll out with a vLLM engine on the same weights, the LoRA handed over at each step (needs vLLM: "
-                "bash scripts/install_vllm.sh, then run with .venv-vllm/bin/slimrl)."})
+        "help": "grpo, ppo: roll out with a vLLM engine on the same weights, the LoRA handed over at each step "
+                "(needs vLLM: bash scripts/install_vllm.sh, then run with .venv-vllm/bin/slimrl)."})
     gpu_memory_utilization: float = field(default=0.3, metadata={
         "help": "With --fast_inference: the fraction of GPU memory (on CPU: of RAM) the vLLM engine may use, KV cache "
                 "included. FastLanguageModel.from_pretrained's default is 0.5; 0.3 here (TRL's vllm default) leaves "
@@ -224,7 +224,12 @@ def mark_user_fields(training_args, argv: list[str]) -> None:
 
 def parse_grpo_args(argv: list[str]):
     """(task_args, model_args, training_args) from argv (may contain `--config file.yaml`)."""
-    parser = build_grpo_parser()
+    return parse_online_args(build_grpo_parser(), argv)
+
+
+def parse_online_args(parser, argv: list[str]):
+    """`slimrl grpo | ppo`: (task_args, model_args, training_args) from a (TaskArguments, ModelArguments,
+    SlimrlArguments, config) parser: slimrl's fields set, user fields marked, `{task}` in output_dir filled."""
     task_args, model_args, slimrl_args, training_args = parse_with_config(parser, argv)
     apply_slimrl_arguments(training_args, slimrl_args)
     resolve_eval_samples(task_args, training_args.max_steps)
@@ -238,7 +243,7 @@ def parse_grpo_args(argv: list[str]):
         training_args.output_dir = str(training_args.output_dir).replace("{task}", name)
     from slimrl.cli.run_control import apply_run_flags
 
-    apply_run_flags("grpo", list(argv), task_args, training_args)
+    apply_run_flags(parser.prog.split()[-1], list(argv), task_args, training_args)  # "slimrl grpo" -> grpo
     return task_args, model_args, training_args
 
 
@@ -308,7 +313,7 @@ def parse_preference_args(algorithm: str, argv: list[str]):
         model_args.dtype = None
     if model_args.fast_inference:
         raise ValueError(f"--fast_inference: `slimrl {algorithm}` trains on a fixed dataset and generates nothing; "
-                         "it applies to `slimrl grpo` only.")
+                         "it applies to `slimrl grpo` and `slimrl ppo` only.")
     if task_args.dataset_name and any(getattr(task_args, k) is not None
                                       for k in ("max_operand", "operations", "num_examples")):
         raise ValueError("--max_operand/--operations/--num_examples shape the built-in arithmetic set; they do not "

@@ -12,7 +12,7 @@ Choices, and why:
    fused log-prob head need nothing special, and the model's own attention function runs (SDPA on CPU and CUDA,
    eager too). The alternative, the prompt's keys/values computed once and passed to the completion forward as a
    cache, was measured slower and breaks under checkpointing (transformers drops `past_key_values` in checkpointed
-   layers, and a replay would write the cache twice); see docs/README-shared-prefix.md for the numbers.
+   layers, and a replay would write the cache twice); see README.md ("Each prompt computed once") for the numbers.
 2. Positions are the original column indices (`position_ids`), so RoPE sees what the per-row forward sees (TRL
    passes no position ids: a left-padded row's tokens sit at their column index, padding included).
 3. Each completion segment starts with a copy of the prompt's last token: its hidden state predicts the first

@@ -12,7 +12,7 @@ The forward itself is patches/shared_prefix.py (the seams) over slimrl.ops.share
    cost, a few ms, is what sharing would save) and the packed forward's estimated work is at most
    `AUTO_MAX_COST_RATIO` of the per-row forward's (`estimated_cost_ratio`: projection and MLP FLOPs per forwarded
    position plus dense attention FLOPs per query/key pair). The measurements behind both numbers are in
-   docs/README-shared-prefix.md (bench/shared_prefix_ops.py --sweep / --small).
+   README.md, "Each prompt computed once" (bench/shared_prefix_ops.py --sweep / --small).
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ Choices:
    run; once: the error raised is `TrainingOutOfMemory` (a `torch.OutOfMemoryError`, so existing handlers still
    match), and nothing retries.
 2. The checkpoint of the last completed step is written as it would have been at that step's end: at the start of
-   every optimizer step slimrl records (slimrl.state.TrainerState.step_start) the RNG states, the GRPO/RLOO rollout
-   buffer and micro-step counter, and the token/FLOP counters (a few KB; the buffer is a reference, not a copy, so
-   a step that regenerates keeps the previous buffer alive until it ends). On the failure the gradients are
-   dropped, those are put back and the trainer's own `_save_checkpoint` runs, unless that checkpoint exists
-   already. Nothing is saved when no step completed.
+   every optimizer step slimrl records (slimrl.state.TrainerState.step_start) the RNG states, the rollout state
+   (`ROLLOUT_STATE`: GRPO/RLOO's or PPO's buffer and micro-step counter) and the token/FLOP counters (a few KB;
+   the buffer is a reference, not a copy, so a step that regenerates keeps the previous buffer alive until it
+   ends). On the failure the gradients are dropped, those are put back and the trainer's own `_save_checkpoint`
+   runs, unless that checkpoint exists already. Nothing is saved when no step completed.
 3. The message gives the failing allocation (or the measured peak), the last completed step's measured peak,
    slimrl's plan for this step (slimrl.planning, from the live model and config) and each setting that would fit
    the device (or the budget) by that plan.
@@ -33,8 +33,11 @@ import torch
 from ..memory import gib
 from ..state import trainer_state
 from .budget import BUDGET_FIELD, budget_gb
-from .checkpoints import checkpoint_dir, has_rollout_buffer, is_complete
+from .checkpoints import checkpoint_dir, is_complete
 
+# what a step advances beyond the HF Trainer's state: GRPO/RLOO's micro-step counter and rollout buffer, slimrl's
+# PPO's counter, rollout and episode count (each trainer has some of them)
+ROLLOUT_STATE = ("_step", "_buffered_inputs", "_buffer", "_episode")
 _CPU_ALLOCATION_FAILURE = "DefaultCPUAllocator: can't allocate memory"
 
 
@@ -48,7 +51,7 @@ class StepStart:
 
     global_step: int
     rng: dict
-    buffer: tuple | None  # (_step, _buffered_inputs) of an online trainer
+    rollout: dict  # the trainer's ROLLOUT_STATE attributes at the step's start
     counters: tuple  # (num_input_tokens_seen, current_flos)
     last_step_peak: int = 0  # measured peak of the previous (completed) step
     peak: int = 0  # measured peak so far in this step
@@ -79,10 +82,10 @@ def step_start(trainer) -> StepStart:
     state = trainer_state(trainer)
     start = state.step_start
     if start is None or start.global_step != trainer.state.global_step:
-        buffer = (trainer._step, trainer._buffered_inputs) if has_rollout_buffer(trainer) else None
+        rollout = {name: getattr(trainer, name) for name in ROLLOUT_STATE if hasattr(trainer, name)}
         counters = (trainer.state.num_input_tokens_seen, getattr(trainer, "current_flos", 0))
         last = 0 if start is None else start.peak
-        start = StepStart(trainer.state.global_step, _rng_state(), buffer, counters, last_step_peak=last)
+        start = StepStart(trainer.state.global_step, _rng_state(), rollout, counters, last_step_peak=last)
         state.step_start = start
     return start
 
@@ -115,8 +118,8 @@ def _restore(trainer, start: StepStart) -> None:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     _set_rng_state(start.rng)
-    if start.buffer is not None:
-        trainer._step, trainer._buffered_inputs = start.buffer
+    for name, value in start.rollout.items():
+        setattr(trainer, name, value)
     trainer.state.num_input_tokens_seen, flos = start.counters
     if hasattr(trainer, "current_flos"):
         trainer.current_flos = flos
