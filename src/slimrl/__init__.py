@@ -12,6 +12,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 __all__ = ["FastLanguageModel", "PatchFastRL", "unpatch", "is_patched", "PatchError", "PPOConfig", "PPOTrainer",
+           "SafeInterrupt", "plan",
            "__version__"]
 
 
@@ -43,4 +44,12 @@ def __getattr__(name):
         from .patches import registry
 
         return getattr(registry, name)
+    if name == "SafeInterrupt":
+        from .training.interrupt import SafeInterrupt
+
+        return SafeInterrupt
+    if name == "plan":
+        from .planning import plan
+
+        return plan
     raise AttributeError(f"module 'slimrl' has no attribute {name!r}")

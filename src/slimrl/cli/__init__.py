@@ -28,6 +28,7 @@ COMMANDS = {
     "chat": "Interactive `generate`: one prompt per line, empty line or EOF to quit.",
     "export": "Merge an adapter into its base (--format merged) or write a GGUF (--format gguf); --push_to_hub REPO.",
     "doctor": "Print versions, device, dtype choice and which optional parts are usable.",
+    "plan": "Predict a training step's peak memory before loading anything (slimrl plan grpo [grpo's flags]).",
 }
 
 
@@ -101,6 +102,10 @@ def _dispatch(command: str, rest: list[str]) -> int:
         apply_ppo_patches()
         run_ppo(*parse_ppo_args(rest))
         return 0
+    if command == "plan":
+        from slimrl.cli.plan import run_plan
+
+        return run_plan(rest)
     if command in ("dpo", "orpo", "kto"):
         from slimrl.cli.args import parse_preference_args
         from slimrl.cli.preference import apply_patches as apply_preference_patches

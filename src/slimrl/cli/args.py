@@ -73,7 +73,7 @@ class ModelArguments:
 
 @dataclass
 class DataArguments:
-    """What every training command reads about its data: the built-in task or a dataset, and the eval split."""
+    """What every training command reads: its data (the built-in task or a dataset, the eval split) and --resume."""
 
     task: str = field(default="arithmetic", metadata={
         "help": "Built-in task (arithmetic; the preference commands: the correct answer chosen, a wrong one rejected, "
@@ -98,6 +98,11 @@ class DataArguments:
     prompt_column: str = field(default="prompt", metadata={
         "help": "Column holding the prompt (a string or a list of chat messages)."})
     plot: bool = field(default=True, metadata={"help": "Write training_curves.png (needs matplotlib)."})
+    resume: str | None = field(default=None, metadata={
+        "nargs": "?", "const": "latest",
+        "help": "Resume a stopped run: alone, the newest checkpoint in --output_dir; with a folder, that checkpoint "
+                "or the newest one in that run folder. Ctrl-C / SIGTERM and out-of-memory stops write one."})
+    resume_command: str | None = field(default=None, init=False, repr=False)  # set by run_control
 
 
 @dataclass
@@ -121,6 +126,10 @@ class SlimrlArguments:
     slimrl_num_chunks: int = field(default=-1, metadata={
         "help": "Chunks of the log-prob head: -1 = automatic (bounded scratch memory), N >= 1 = the scored tokens in "
                 "N chunks (less memory, same numbers)."})
+    slimrl_max_memory_gb: float | None = field(default=None, metadata={
+        "aliases": ["--max_memory_gb"],
+        "help": "Stop (keeping the last step's checkpoint) when a step's measured peak memory exceeds this many GiB "
+                "(peak RSS on CPU, allocated memory on CUDA); `slimrl plan` says what a run needs."})
 
 
 @dataclass
@@ -134,8 +143,10 @@ class OnlineSlimrlArguments(SlimrlArguments):
 def apply_slimrl_arguments(training_args, slimrl_args) -> None:
     """Set slimrl's fields on the config, validated by their owners (the same checks as the config keywords)."""
     from slimrl.ops.chunking import validate_num_chunks
+    from slimrl.training.budget import validate_memory_budget
 
     training_args.slimrl_num_chunks = validate_num_chunks(slimrl_args.slimrl_num_chunks)
+    training_args.slimrl_max_memory_gb = validate_memory_budget(slimrl_args.slimrl_max_memory_gb)
     if hasattr(slimrl_args, "slimrl_reward_errors"):
         from slimrl.patches.rewards import check_policy
 
@@ -230,6 +241,9 @@ def parse_online_args(parser, argv: list[str]):
         if task_args.dataset_name:
             name = task_args.dataset_name.rstrip("/").replace("\\", "/").split("/")[-1].split(".")[0] or "dataset"
         training_args.output_dir = str(training_args.output_dir).replace("{task}", name)
+    from slimrl.cli.run_control import apply_run_flags
+
+    apply_run_flags(parser.prog.split()[-1], list(argv), task_args, training_args)  # "slimrl grpo" -> grpo
     return task_args, model_args, training_args
 
 
@@ -308,4 +322,7 @@ def parse_preference_args(algorithm: str, argv: list[str]):
     if task_args.dataset_name:
         name = task_args.dataset_name.rstrip("/").replace("\\", "/").split("/")[-1].split(".")[0] or "dataset"
     training_args.output_dir = str(training_args.output_dir).replace("{algorithm}", algorithm).replace("{task}", name)
+    from slimrl.cli.run_control import apply_run_flags
+
+    apply_run_flags(algorithm, list(argv), task_args, training_args)
     return task_args, model_args, training_args

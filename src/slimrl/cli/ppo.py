@@ -88,6 +88,7 @@ def run_ppo(task_args, model_args, training_args) -> dict:
     from slimrl.cli.callbacks import JsonlMetricsCallback, ProgressBarCallback
     from slimrl.cli.grpo import build_task, evaluate_task, write_run_outputs
     from slimrl.cli.modeling import add_lora, load_base
+    from slimrl.cli.run_control import train
     from slimrl.ppo import PPOTrainer
 
     wall0 = time.perf_counter()
@@ -109,7 +110,7 @@ def run_ppo(task_args, model_args, training_args) -> dict:
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(ProgressBarCallback(f"PPO {task.name}", PPO_BAR_KEYS))
     train_t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train(trainer, training_args, task_args)  # --resume, Ctrl-C/SIGTERM checkpoint and exit, out-of-memory stop
     train_seconds = time.perf_counter() - train_t0
     trainer.save_model(out)
     after = evaluate_task(trainer.model, tokenizer, task, task_args, training_args.response_length, "after")
