@@ -1,4 +1,4 @@
-"""slimrl's memory planner against measured step peaks: the table of docs/README-reliability.md.
+"""slimrl's memory planner against measured step peaks: the table of README.md, "Planning memory before a run".
 
     PYTHONPATH=src python bench/plan_accuracy.py                    # the three runs of tests/planning (~5-15 min)
     PYTHONPATH=src python bench/plan_accuracy.py --only head kv --json out.json
