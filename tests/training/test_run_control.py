@@ -60,8 +60,8 @@ def test_resume_errors_name_the_problem(tmp_path):
 
 @pytest.mark.parametrize("command", ["ppo", "dpo"])
 def test_every_training_command_resumes_under_its_own_name(command, tmp_path):
-    from slimrl.cli.args import parse_preference_args
     from slimrl.cli.ppo import parse_ppo_args
+    from slimrl.cli.preference_args import parse_preference_args
 
     out = tmp_path / "run"
     _checkpoint(out, 4)

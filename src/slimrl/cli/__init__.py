@@ -107,9 +107,9 @@ def _dispatch(command: str, rest: list[str]) -> int:
 
         return run_plan(rest)
     if command in ("dpo", "orpo", "kto"):
-        from slimrl.cli.args import parse_preference_args
         from slimrl.cli.preference import apply_patches as apply_preference_patches
         from slimrl.cli.preference import run_preference
+        from slimrl.cli.preference_args import parse_preference_args
 
         apply_preference_patches(command)
         task_args, model_args, training_args = parse_preference_args(command, rest)

@@ -36,8 +36,8 @@ def _parse(algorithm: str, rest: list[str]):
 
         apply_patches()
         return parse_grpo_args(rest)
-    from slimrl.cli.args import parse_preference_args
     from slimrl.cli.preference import apply_patches as apply_preference_patches
+    from slimrl.cli.preference_args import parse_preference_args
 
     apply_preference_patches(algorithm)
     return parse_preference_args(algorithm, rest)
