@@ -1,12 +1,12 @@
 """Stock-vs-patched parity: the comparison every parity suite shares, and why its tolerances are what they are.
 
-Each case runs five trainers ("sides") in lock-step, with the same seeds and the same weights:
+Each case runs six trainers ("sides") in lock-step, with the same seeds and the same weights:
   stock      TRL 1.16 unpatched, float32: the baseline the patch must match;
   patched    TRL after `PatchFastRL(algorithm)`, float32: under test;
   reference  TRL unpatched on a float64 copy of the weights, with a naive float64 log-prob head (_reference.py):
              the value the float32 arithmetic approximates, to ~1e-16;
-  perturbed, perturbed_again
-             the reference with float32-sized random rounding noise in every linear layer, two independent draws
+  perturbed, perturbed_again, perturbed_third
+             the reference with float32-sized random rounding noise in every linear layer, three independent draws
              (_reference.py): how far float32 rounding moves each quantity.
 
 Why the tolerance is not a fixed rtol:
@@ -27,8 +27,8 @@ Why the tolerance is not a fixed rtol:
      4.3; scalars (a loss, a metric's few values) have no such bound (a ratio of two small random errors is
      unbounded when stock lands close to r, and stock lands on r exactly where two of its passes round alike),
      hence the next term.
-   - F * e(perturbed): the error float32-sized rounding produces in q, measured on the float64 run (the larger of
-     two draws), i.e. q's conditioning with respect to rounding anywhere patched and stock may differ: the head,
+   - F * e(perturbed): the error float32-sized rounding produces in q, measured on the float64 run (the largest of
+     three draws), i.e. q's conditioning with respect to rounding anywhere patched and stock may differ: the head,
      the loss, and the backbone (slimrl's shared-prefix forward packs other rows). It is large exactly where the
      terms cancel (a loss of 1.7e-3 made of terms of size 1 moves like its terms, not like its result). F = 16
      covers the sqrt(n)-fold growth of a length-n sum's rounding over the one rounding per output the noise models
@@ -72,9 +72,11 @@ class Sides(NamedTuple):
     reference: object
     perturbed: object
     perturbed_again: object
+    perturbed_third: object
 
 
-PERTURBATION_SEEDS = {"perturbed": 20261122, "perturbed_again": 20261123}  # two independent draws (point 2)
+# three independent draws of the rounding noise (point 2; _reference.py, point 4)
+PERTURBATION_SEEDS = {"perturbed": 20261122, "perturbed_again": 20261123, "perturbed_third": 20261124}
 FLOAT64_SIDES = ("reference", *PERTURBATION_SEEDS)
 
 

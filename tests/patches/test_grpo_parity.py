@@ -37,8 +37,8 @@ def _head(model) -> str:
 
 
 def _check_heads(trainers):
-    heads = {"stock": STOCK_HEAD, "patched": SLIMRL_HEAD, "reference": REFERENCE_HEAD, "perturbed": REFERENCE_HEAD,
-             "perturbed_again": REFERENCE_HEAD}
+    heads = {"stock": STOCK_HEAD, "patched": SLIMRL_HEAD, "reference": REFERENCE_HEAD,
+             **dict.fromkeys(P.PERTURBATION_SEEDS, REFERENCE_HEAD)}
     for side, trainer in zip(P.Sides._fields, trainers):
         assert T.head_file(trainer).endswith(heads[side]), side
         if trainers.stock.ref_model is not None:
