@@ -154,8 +154,9 @@ def _norm(x) -> float:
     return float(torch.as_tensor(x, dtype=torch.float64).norm())
 
 
-def check(what: str, patched, stock, reference, perturbed=None) -> None:
-    """Assert e(patched) <= K e(stock) + F e(perturbed) + F u |reference| (the module docstring's rule)."""
+def check(what: str, patched, stock, reference, perturbed=None, extra_floor: float = 0.0) -> None:
+    """Assert e(patched) <= K e(stock) + F e(perturbed) + F u |reference| (the module docstring's rule);
+    `extra_floor`: a rounding only the patched side has (e.g. a float32 average of per-process losses)."""
     values = [torch.as_tensor(x).detach().double() for x in (patched, stock, reference)]
     values.append(values[2] if perturbed is None else torch.as_tensor(perturbed).detach().double())
     p, s, r, x = values
@@ -163,7 +164,7 @@ def check(what: str, patched, stock, reference, perturbed=None) -> None:
     if not torch.isfinite(r).all():
         raise AssertionError(f"{what}: the float64 reference is not finite")
     e_patched, e_stock, e_perturbed = _norm(p - r), _norm(s - r), _norm(x - r)
-    floor = F_FLOOR * e_perturbed + F_FLOOR * U32 * _norm(r)
+    floor = F_FLOOR * e_perturbed + F_FLOOR * U32 * _norm(r) + extra_floor
     bound = K_STOCK * e_stock + floor
     _record(what, e_patched, e_stock, e_perturbed, floor, bound)
     assert e_patched <= bound, (f"{what}: |patched - ref| = {e_patched:.3e} > {K_STOCK:g} x |stock - ref| "

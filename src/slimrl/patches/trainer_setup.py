@@ -7,8 +7,9 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
    of slimrl.ops.chunking) and the family's own. The fields the user passed are recorded (slimrl.state.ConfigState):
    slimrl may adjust a TRL default but never a value the user set.
 2. Config `__post_init__`: defaults for slimrl's fields where the config was built without `__init__`
-   (`dataclasses.replace`, a parser), precision flags resolved where TRL's default cannot run (precision.py), the
-   family's config checks, then TRL's own (the clearer message wins).
+   (`dataclasses.replace`, a parser), precision flags resolved where TRL's default cannot run (precision.py), then
+   `use_cpu` for a multi-process launch without an accelerator (distributed.py), the family's config checks, then
+   TRL's own (the clearer message wins).
 3. Trainer `__init__`: TRL's arguments bound by name. Around TRL's `__init__`, the family's context (online: the
    vLLM engine's rollout config). Before it: precision against the model's weights, the family's checks, the model's
    checkpointing mode against the config's flag, the knob on every model given (`precompute_ref_log_probs` runs a
@@ -33,7 +34,7 @@ from ..memory import gib, peak_memory_bytes, reset_peak_memory
 from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..ops.chunking import set_num_chunks, validate_num_chunks
 from ..state import AUTO_CHUNKS, config_state, user_set
-from . import precision
+from . import distributed, precision
 from .seams import Patch
 
 logger = logging.getLogger("slimrl")
@@ -92,6 +93,7 @@ def config_post_init_maker(family: Family):
                 if not hasattr(self, name):  # built through dataclasses.replace or a parser
                     setattr(self, name, default)
             precision.resolve_config_precision(self)
+            distributed.resolve_config_device(self)
             family.check_config(self)
             original(self)
 
