@@ -1,6 +1,6 @@
 """One training run of the distributed tier: 2 processes under torchrun (gloo), or 1 process inside pytest.
 
-    torchrun --nproc_per_node 2 tests/distributed/_dist_worker.py ALGO SIDE BATCH OUT [--record PATH] [--stock]
+    torchrun --nproc_per_node 2 tests/distributed/_dist_worker.py ALGO SIDE BATCH OUT [--zero STAGE]
 
 Choices, and why:
 - The run is TRL's own `trainer.train()` (DDP wrapping, DistributedSampler / accelerate's batch sharding, gathered
@@ -17,6 +17,9 @@ Choices, and why:
   average), the step gradient right before each optimizer step (after DDP's
   all-reduce), the final trainable weights, and where every call of slimrl's log-prob head ran: inside the root
   module's forward (the wrapper DDP / FSDP / ZeRO-3 hook into) and with which kind of head weight.
+- `--zero 2|3`: the same run under DeepSpeed ZeRO (its CPU accelerator, gloo), the model built before the config (no
+  `zero.Init`); ZeRO-3 with `stage3_param_persistence_threshold: 0`, so even this tiny model's head is partitioned
+  and must be gathered. Gradients and weights are read whole with `deepspeed.utils.safe_get_full_grad/_fp32_param`.
 """
 
 from __future__ import annotations
@@ -38,18 +41,59 @@ RUNS = {
     "grpo": dict(num_generations=4, max_completion_length=7, beta=0.04, max_steps=3, learning_rate=0.1),
     "dpo": dict(max_steps=3, learning_rate=0.05),
 }
-COMMON = dict(optim="sgd", lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, logging_steps=1,
-              save_strategy="no", report_to="none", seed=0, disable_dropout=True)
+# No gradient clipping: DeepSpeed clips inside its step, after the callback reads the gradients
+COMMON = dict(optim="sgd", lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=0.0,
+              logging_steps=1, save_strategy="no", report_to="none", seed=0, disable_dropout=True)
+
+
+def zero_config(stage: int) -> dict:
+    return {"zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0},
+            "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
+            "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "zero_allow_untested_optimizer": True}
+
+
+def full_grad(param, zero: bool):
+    """The whole reduced gradient of a parameter (ZeRO keeps it partitioned in its optimizer); None without one."""
+    if zero:
+        from deepspeed.utils import safe_get_full_grad
+
+        return safe_get_full_grad(param)
+    return param.grad
+
+
+def full_param(param, zero: bool) -> torch.Tensor:
+    if zero:
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        return safe_get_full_fp32_param(param).detach().clone()
+    return param.detach().clone()
 
 
 class StepGradients(TrainerCallback):
-    """Clones every trainable gradient right before each optimizer step (after DDP's all-reduce)."""
+    """Clones every trainable gradient right before each optimizer step (after DDP's all-reduce). Under DeepSpeed the
+    step runs inside accelerate's backward (`engine.step()`), so the gradients are read in a wrapper of it."""
 
-    def __init__(self):
-        self.grads = []
+    def __init__(self, trainer, zero: bool = False):
+        self.trainer, self.grads, self.zero = trainer, [], zero
+
+    def _read(self, model) -> None:
+        grads = {n: full_grad(p, self.zero) for n, p in P.trainable(model).items()}
+        self.grads.append({n: g.detach().clone() for n, g in grads.items() if g is not None})
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.zero:
+            engine = self.trainer.model_wrapped
+            step = engine.step
+
+            def read_then_step(*a, **k):
+                self._read(model)
+                return step(*a, **k)
+
+            engine.step = read_then_step
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-        self.grads.append({n: p.grad.detach().clone() for n, p in P.trainable(model).items() if p.grad is not None})
+        if not self.zero:
+            self._read(model)
 
 
 class HeadCalls(TrainerCallback):
@@ -112,9 +156,11 @@ def replay_rollouts(trainer, records: list) -> None:
     trainer._generate_single_turn = generate
 
 
-def build(algorithm: str, side: str, batch: int, output_dir: str):
+def build(algorithm: str, side: str, batch: int, output_dir: str, zero: int | None = None):
     """The trainer of one side (_parity's sides: patched, stock, reference, perturbed), built in the current state."""
     config = {**COMMON, **RUNS[algorithm], "per_device_train_batch_size": batch}
+    if zero is not None:
+        config["deepspeed"] = zero_config(zero)
     model = P.side_model(side, lambda: T.tiny_model(0))
     if algorithm == "grpo":
         args = R.make_config(algorithm, output_dir, **config)
@@ -126,11 +172,12 @@ def build(algorithm: str, side: str, batch: int, output_dir: str):
     return P.finish_side(side, trainer)
 
 
-def run(algorithm: str, side: str, batch: int, output_dir: str, replay: list | None = None) -> dict:
+def run(algorithm: str, side: str, batch: int, output_dir: str, replay: list | None = None,
+        zero: int | None = None) -> dict:
     """Train one side in its patch state; returns what it recorded (rollouts: this process's own)."""
     with P.side_state(side, algorithm):
-        trainer = build(algorithm, side, batch, output_dir)
-        grads, heads, rollouts = StepGradients(), HeadCalls(trainer), []
+        trainer = build(algorithm, side, batch, output_dir, zero)
+        grads, heads, rollouts = StepGradients(trainer, zero is not None), HeadCalls(trainer), []
         trainer.add_callback(grads)
         if side == "patched":
             trainer.add_callback(heads)
@@ -147,7 +194,7 @@ def run(algorithm: str, side: str, batch: int, output_dir: str, replay: list | N
             logprob.fused_logprobs = original_head
     return dict(losses=T.logged(trainer, "loss"), micro_losses=micro_losses, grads=grads.grads,
                 head_calls=heads.calls, rollouts=rollouts,
-                params={n: p.detach().clone() for n, p in P.trainable(trainer.model).items()},
+                params={n: full_param(p, zero is not None) for n, p in P.trainable(trainer.model).items()},
                 world_size=trainer.args.world_size, use_cpu=trainer.args.use_cpu)
 
 
@@ -165,9 +212,10 @@ def main() -> None:
     parser.add_argument("side", choices=P.Sides._fields)
     parser.add_argument("batch", type=int)
     parser.add_argument("out")
+    parser.add_argument("--zero", type=int, choices=(2, 3))
     cli = parser.parse_args()
     torch.set_num_threads(1)
-    result = run(cli.algorithm, cli.side, cli.batch, os.path.dirname(cli.out) or ".")
+    result = run(cli.algorithm, cli.side, cli.batch, os.path.dirname(cli.out) or ".", zero=cli.zero)
     per_rank = [None] * dist.get_world_size()
     dist.all_gather_object(per_rank, {k: result[k] for k in ("params", "rollouts", "head_calls", "micro_losses")})
     if dist.get_rank() == 0:

@@ -17,7 +17,11 @@ slimrl's log-prob head ran inside the DDP wrapper's forward and every call insid
 module hooks FSDP and ZeRO-3 rely on fire), with the full [V, H] head weight, and a 0.1% error in the 2-process
 gradients fails the comparison (negative control).
 
-Tier: `distributed` (scripts/test_distributed.sh); ~1 minute per algorithm on 2 cores.
+The same under DeepSpeed ZeRO-2 and ZeRO-3 on CPU (DeepSpeed's CPU accelerator, gloo; ZeRO-3 partitions even the
+tiny head, which slimrl's head then reads inside the model's forward, where DeepSpeed gathers it), when deepspeed is
+installed (scripts/install_deepspeed.sh; skipped with that reason otherwise).
+
+Tier: `distributed` (scripts/test_distributed.sh); ~1 minute per case on 2 cores.
 """
 
 import pytest
@@ -33,9 +37,9 @@ WORLD, PER_DEVICE_BATCH = 2, 2
 REFERENCE_SIDES = ("patched", "reference", "perturbed")  # the 1-process runs: float32 patched, float64 stock (x2)
 
 
-def _two_processes(algorithm, tmp_path) -> dict:
+def _two_processes(algorithm, tmp_path, zero=None) -> dict:
     out = tmp_path / f"{algorithm}-2proc.pt"
-    torchrun(WORKER, algorithm, "patched", PER_DEVICE_BATCH, out)
+    torchrun(WORKER, algorithm, "patched", PER_DEVICE_BATCH, out, *(() if zero is None else ("--zero", zero)))
     return torch.load(out, weights_only=False)
 
 
@@ -75,9 +79,15 @@ def _assert_head_ran_inside_root(two) -> None:
         assert any(c[0] for c in calls), f"rank {rank}: no training forward went through the head"
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "dpo"])
-def test_two_processes_equal_one_at_twice_the_batch(tmp_path, unpatched, algorithm):
-    two = _two_processes(algorithm, tmp_path)
+CASES = [("grpo", None), ("dpo", None), ("grpo", 2), ("grpo", 3), ("dpo", 3)]
+
+
+@pytest.mark.parametrize("algorithm,zero", CASES, ids=[f"{a}-ddp" if z is None else f"{a}-zero{z}" for a, z in CASES])
+def test_two_processes_equal_one_at_twice_the_batch(tmp_path, unpatched, algorithm, zero):
+    if zero is not None:
+        pytest.importorskip("deepspeed", reason="DeepSpeed is not installed: bash scripts/install_deepspeed.sh, then "
+                                                "run the tier with .venv-deepspeed/bin/python")
+    two = _two_processes(algorithm, tmp_path, zero)
     assert (two["world_size"], two["use_cpu"]) == (WORLD, True), "use_cpu was not resolved for 2 CPU processes"
     ranks = two["rank_params"]
     assert all(torch.equal(ranks[0][n], r[n]) for r in ranks[1:] for n in ranks[0]), "ranks ended out of sync"
