@@ -13,6 +13,7 @@ world size, logged losses, and whether every rank ended with the same LoRA weigh
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import tempfile
 
@@ -84,8 +85,14 @@ def ranks_in_sync(model) -> bool:
 
     if not (dist.is_available() and dist.is_initialized()):
         return True
-    with torch.no_grad():
-        local = torch.stack([p.detach().float().sum() for p in model.parameters() if p.requires_grad]).double()
+    params = [p for p in model.parameters() if p.requires_grad]
+    gather = contextlib.nullcontext()
+    if any(hasattr(p, "ds_id") for p in params):  # ZeRO-3: each rank holds a slice; compare the whole weights
+        import deepspeed
+
+        gather = deepspeed.zero.GatheredParameters(params)
+    with torch.no_grad(), gather:
+        local = torch.stack([p.detach().double().sum() for p in params])
     gathered = [torch.zeros_like(local) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, local)
     return all(torch.equal(gathered[0], g) for g in gathered[1:])

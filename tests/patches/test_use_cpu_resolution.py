@@ -17,15 +17,16 @@ from slimrl.state import config_state
 class _Args:
     """The fields the resolution reads, and the user's fields as the patched config records them."""
 
-    def __init__(self, use_cpu=False, user=()):
-        self.use_cpu = use_cpu
+    def __init__(self, use_cpu=False, user=(), fsdp=None):
+        self.use_cpu, self.fsdp = use_cpu, fsdp
         config_state(self).user_fields = frozenset(user)
 
 
 @pytest.fixture
 def cpu_launch(monkeypatch):
     monkeypatch.setattr(distributed, "has_accelerator", lambda: False)
-    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    for name in ("ACCELERATE_USE_CPU", "ACCELERATE_USE_FSDP"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "2")
     return monkeypatch
@@ -75,3 +76,19 @@ def test_mpi_world_size_counts(cpu_launch):
     cpu_launch.delenv("WORLD_SIZE")
     cpu_launch.setenv("OMPI_COMM_WORLD_SIZE", "4")
     assert distributed.launched_processes() == 4
+
+
+@pytest.mark.parametrize("how", ["config", "accelerate launch", "config with use_cpu=True"])
+def test_fsdp_on_cpu_processes_raises(cpu_launch, how):
+    args = _Args(fsdp="full_shard" if how != "accelerate launch" else None, use_cpu=how.endswith("use_cpu=True"))
+    if how == "accelerate launch":
+        cpu_launch.setenv("ACCELERATE_USE_FSDP", "true")
+    with pytest.raises(ValueError, match="FSDP was asked for, but the 2 processes train on CPUs"):
+        distributed.resolve_config_device(args)
+
+
+def test_fsdp_with_an_accelerator_is_left_to_accelerate(cpu_launch):
+    cpu_launch.setattr(distributed, "has_accelerator", lambda: True)
+    args = _Args(fsdp="full_shard")
+    distributed.resolve_config_device(args)
+    assert args.use_cpu is False

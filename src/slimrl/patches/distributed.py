@@ -14,7 +14,11 @@ patched trainers keep it. One default goes wrong there, and it is resolved the w
    that all write the same output_dir, and slimrl never changes a value the user set.
 4. It runs after precision's resolution, so an unset bf16 resolves as on any CPU run (no autocast), not as stock's
    `use_cpu=True` default (bf16 autocast).
-5. "An accelerator" is whatever torch counts (`torch.accelerator`: CUDA, XPU, MPS, ...) or an XLA device: there the
+5. FSDP asked for in a multi-process CPU run (accelerate's FSDP config, or the config's `fsdp`; with use_cpu set or
+   resolved) raises: accelerate applies FSDP only to accelerator process groups, and the CPU processes would
+   silently train plain DDP instead. DeepSpeed ZeRO runs on
+   the CPU (its CPU accelerator, gloo) and goes ahead.
+6. "An accelerator" is whatever torch counts (`torch.accelerator`: CUDA, XPU, MPS, ...) or an XLA device: there the
    launcher's own backend applies and nothing is changed. `ACCELERATE_USE_CPU=true` (set by `accelerate launch
    --cpu`) already means use_cpu to transformers.
 """
@@ -49,16 +53,30 @@ def has_accelerator() -> bool:
     return is_torch_xla_available()
 
 
-def _cpu_from_environment() -> bool:
-    return os.environ.get("ACCELERATE_USE_CPU", "false").lower() in ("1", "true", "yes")
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "false").lower() in ("1", "true", "yes")
+
+
+def uses_fsdp(args) -> bool:
+    """FSDP asked for, in the config or by `accelerate launch` with an FSDP config."""
+    return bool(getattr(args, "fsdp", None)) or _flag("ACCELERATE_USE_FSDP")
 
 
 def resolve_config_device(args) -> None:
     """In the config's `__post_init__`, after precision, before TRL's: `use_cpu` for a multi-process CPU launch."""
-    if getattr(args, "use_cpu", None) is None or args.use_cpu or _cpu_from_environment():
+    if getattr(args, "use_cpu", None) is None:
         return
     processes = launched_processes()
-    if processes < 2 or has_accelerator():
+    cpu_asked = bool(args.use_cpu) or _flag("ACCELERATE_USE_CPU")
+    if processes < 2 or not (cpu_asked or not has_accelerator()):
+        return
+    if uses_fsdp(args):
+        raise ValueError(
+            f"FSDP was asked for, but the {processes} processes train on CPUs: accelerate applies FSDP only to GPU "
+            "(XPU, ...) process groups, so they would train plain DDP instead. Drop the FSDP config (DDP), use "
+            "DeepSpeed ZeRO (it runs on CPUs), or run on GPUs."
+        )
+    if cpu_asked:
         return
     if user_set(args, "use_cpu"):
         raise ValueError(
