@@ -39,3 +39,14 @@ def torchrun(script: str | Path, *args: str, nproc: int = 2, check: bool = True,
     if check and done.returncode != 0:
         raise AssertionError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-6000:]}")
     return done
+
+
+def accelerate_launch(config: str | Path, script: str | Path, *args: str, check: bool = True):
+    """`accelerate launch --config_file config script ...` (its own launcher logic, torchrun underneath)."""
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), str(script),
+               *map(str, args)]
+    done = subprocess.run(command, cwd=ROOT, env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=TIMEOUT_S)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-6000:]}")
+    return done
