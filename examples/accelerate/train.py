@@ -91,8 +91,9 @@ def ranks_in_sync(model) -> bool:
         import deepspeed
 
         gather = deepspeed.zero.GatheredParameters(params)
-    with torch.no_grad(), gather:
-        local = torch.stack([p.detach().double().sum() for p in params])
+    with torch.no_grad(), gather:  # FSDP2: DTensor shards, compared whole
+        local = torch.stack([(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().double().sum()
+                             for p in params])
     gathered = [torch.zeros_like(local) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, local)
     return all(torch.equal(gathered[0], g) for g in gathered[1:])
