@@ -12,7 +12,9 @@ Patched (beyond the shared set-up of trainer_setup.py):
    checkpointing off, left padding; the training flag stays as TRL has it, so dropout sampling matches stock), and
    the max_seq_length check on the actual prompts.
 5. `VLLMGeneration`: rollouts on the model's own vLLM engine when FastLanguageModel.from_pretrained
-   (fast_inference=True) attached one; TRL's class otherwise (vllm_rollouts.py).
+   (fast_inference=True) attached one; in server mode with `vllm_server_sync` "adapter" (or "auto" off CUDA), TRL's
+   server client with the LoRA adapter handed over through the server's LoRA endpoints (vllm_server.py); TRL's class
+   otherwise (vllm_rollouts.py).
 TRL's own: the whole GRPO/RLOO step (generation, rewards, advantages, every loss type, buffering, metrics).
 """
 
@@ -32,7 +34,7 @@ def check_sequence_lengths(call: SetupCall) -> None:
 
 
 ONLINE = Family(
-    config_fields=(("vllm_sampling_params", None),),
+    config_fields=(("vllm_sampling_params", None), ("vllm_server_sync", "auto")),
     check_config=validation.check_config,
     checks=(check_sequence_lengths,),
     around=lambda call: engine_rollouts(call.model, call.args),
