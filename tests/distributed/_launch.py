@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HELPER_DIRS = ("src", "tests/patches", "tests/models", "tests/distributed")
+HELPER_DIRS = ("src", "tests/patches", "tests/models", "tests/distributed", "tests/generation")
 TIMEOUT_S = 600
 
 

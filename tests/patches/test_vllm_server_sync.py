@@ -94,25 +94,26 @@ def test_sync_writes_the_adapter_loads_it_and_retires_the_previous(tmp_path):
     generation = server_class.__new__(server_class)
     model = _peft_model()
     generation.adapter_root, generation.served, generation.sync_count = str(tmp_path), None, 0
+    generation.run_id = "r"
     generation.model, generation.accelerator, generation._dist = model, _Accelerator(), _Dist()
     generation.vllm_client = client = _Client()
     generation.sync_weights()
-    first = tmp_path / "slimrl-step-1"
-    assert client.calls == [("load_lora_adapter", "slimrl-step-1", str(first))] and client.model == "slimrl-step-1"
+    first = tmp_path / "slimrl-r-step-1"
+    assert client.calls == [("load_lora_adapter", "slimrl-r-step-1", str(first))] and client.model == "slimrl-r-step-1"
     with torch.no_grad():
         for p in model.parameters():
             if p.requires_grad:
                 p.add_(0.01)
     generation.sync_weights()
-    assert client.calls[1:] == [("load_lora_adapter", "slimrl-step-2", str(tmp_path / "slimrl-step-2")),
-                                ("unload_lora_adapter", "slimrl-step-1", None)]
-    assert client.model == "slimrl-step-2" and client.resets == 2 and not first.exists()
-    loaded = PeftModel.from_pretrained(T.tiny_model(0), str(tmp_path / "slimrl-step-2"))
+    assert client.calls[1:] == [("load_lora_adapter", "slimrl-r-step-2", str(tmp_path / "slimrl-r-step-2")),
+                                ("unload_lora_adapter", "slimrl-r-step-1", None)]
+    assert client.model == "slimrl-r-step-2" and client.resets == 2 and not first.exists()
+    loaded = PeftModel.from_pretrained(T.tiny_model(0), str(tmp_path / "slimrl-r-step-2"))
     trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
     for name, param in loaded.named_parameters():
         if "lora_" in name:
             assert torch.equal(param, trained[name]), name  # what the server reads is what was trained
-    assert os.listdir(tmp_path) == ["slimrl-step-2"]
+    assert os.listdir(tmp_path) == ["slimrl-r-step-2"]
 
 
 def test_server_without_lora_endpoints_is_named():

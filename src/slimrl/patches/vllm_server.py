@@ -11,7 +11,7 @@ model slimrl can hand over what changed, the adapter, instead:
    notice names the change), else "weights". "adapter" without a PEFT model raises at set-up.
 2. At every sync (TRL calls `sync_weights` once per global step, before the step's rollouts), the adapter's weights
    are collected on every rank (DTensor shards gathered, ZeRO-3 parameters gathered: collectives), rank 0 writes them
-   in PEFT's format to `<output_dir>/vllm-server-adapters/step-N`, loads them under a fresh name with
+   in PEFT's format to `<output_dir>/vllm-server-adapters/<name>`, loads them under a fresh name with
    `POST /v1/load_lora_adapter`, points the client's `model` at that name (every completion request then names the
    adapter: a rollout can never silently come from the base model), unloads the previous adapter and deletes its
    folder. No NCCL group is opened.
@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import uuid
 
 from ..state import user_set
 
@@ -105,6 +106,7 @@ def make_server_adapter_class(original):
 
         def __init__(self, adapter_root: str, **kwargs):
             self.adapter_root, self.served, self.sync_count = adapter_root, None, 0
+            self.run_id = uuid.uuid4().hex[:8]  # adapter names unique per trainer: a server outlives a run
             super().__init__(**kwargs)
 
         def _init_vllm(self):
@@ -121,7 +123,7 @@ def make_server_adapter_class(original):
             self.sync_count += 1
             if not self.accelerator.is_main_process:
                 return
-            name = f"slimrl-step-{self.sync_count}"
+            name = f"slimrl-{self.run_id}-step-{self.sync_count}"
             path = write_adapter(model, state, os.path.join(self.adapter_root, name))
             client, previous = self.vllm_client, self.served
             post_lora(client, "load_lora_adapter", name, path)
