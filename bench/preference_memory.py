@@ -137,7 +137,13 @@ def child_preference(arm: str, trainer_name: str, vocab: int, length: int, pairs
         from slimrl.patches.registry import PatchFastRL
 
         PatchFastRL(trainer_name)
-    from slimrl.models.checkpointing import apply_checkpointing, checkpointing_mode, is_checkpointing_active
+    from slimrl.models.checkpointing import (
+        apply_checkpointing,
+        base_transformers_model,
+        checkpointing_mode,
+        is_checkpointing_active,
+    )
+    from slimrl.state import model_state
     from slimrl.testing import tiny_llama, tiny_tokenizer
 
     config_cls, trainer_cls = trl_classes(trainer_name)
@@ -184,7 +190,7 @@ def child_preference(arm: str, trainer_name: str, vocab: int, length: int, pairs
     trainer.train()
     step_times = timer.times
     timed = step_times[1:] or step_times
-    stats = getattr(trainer.model.get_base_model(), "_slimrl_offload_stats", None)  # set by the "offload" mode only
+    stats = model_state(base_transformers_model(trainer.model)).offload_stats  # set by the "offload" mode only
     seen["offload_tensors_seen"] = None if stats is None else stats.tensors_seen
     return dict(record, stopped=False, steps=len(step_times), peak=overall.stop(), working=max(working),
                 step_base=state["base"], s_per_step=sum(timed) / len(timed), losses=state["losses"],

@@ -14,8 +14,22 @@ __version__ = "0.1.0"
 __all__ = ["FastLanguageModel", "PatchFastRL", "unpatch", "is_patched", "PatchError", "__version__"]
 
 
+_checked = False
+
+
+def _check_versions_once() -> None:
+    global _checked
+    if not _checked:
+        from .versions import check
+
+        check()  # raises ImportError naming any library outside slimrl's supported ranges (slimrl/versions.py)
+        _checked = True
+
+
 def __getattr__(name):
     # Lazy: `import slimrl` stays cheap and never imports trl before the user's script does
+    if name in ("FastLanguageModel", "PatchFastRL"):
+        _check_versions_once()
     if name == "FastLanguageModel":
         from .models.fast_language_model import FastLanguageModel
 

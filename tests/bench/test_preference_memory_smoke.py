@@ -35,7 +35,7 @@ def bench_module():
 
 
 def test_quick_dpo_both_arms_measure_the_same_run(tmp_path):
-    stdout, result = run_bench(tmp_path, "--trainers", "dpo", "--markdown")
+    stdout, result = run_bench(tmp_path, "--trainers", "dpo", "--offload", "--markdown")
     (row,) = result["rows"]
     stock, slimrl = row["stock"], row["slimrl"]
     for arm in (stock, slimrl):
@@ -44,6 +44,8 @@ def test_quick_dpo_both_arms_measure_the_same_run(tmp_path):
         assert arm["row_length"] == 64  # --quick length: nothing truncated, nothing added
         assert arm["checkpointing_active"] is True  # TRL's default gradient_checkpointing in both arms
         assert 0 < arm["working"] < arm["peak"] and arm["s_per_step"] > 0
+    assert slimrl["slimrl_checkpointing_mode"] == "offload" and slimrl["offload_tensors_seen"] > 0
+    assert stock["offload_tensors_seen"] is None
     for s, m in zip(stock["losses"], slimrl["losses"]):
         assert abs(s - m) <= 1e-5 * abs(s), (stock["losses"], slimrl["losses"])
     assert stdout.splitlines()[-1].startswith("| dpo | 64 | ")

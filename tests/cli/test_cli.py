@@ -80,17 +80,17 @@ def test_yaml_config_then_cli_override(tmp_path, monkeypatch):
         parse_grpo_args(["--config", str(bad)])
 
 
-def test_dataset_errors_come_before_model_loading(tmp_path, restore_trl):
-    from slimrl.tasks.custom import TaskError
-
-    with pytest.raises(TaskError, match="not found"):
-        main(["grpo", "--bf16", "False", "--dataset_name", str(tmp_path / "missing.jsonl"),
-              "--reward_funcs", "format_reward", "--model_name_or_path", "/nonexistent/model"])
-    with pytest.raises(TaskError, match="Could not import"):
-        main(["grpo", "--bf16", "False", "--dataset_name", str(tmp_path / "x.jsonl"),
-              "--reward_funcs", "no_such_pkg_q.reward", "--model_name_or_path", "/nonexistent/model"])
-    with pytest.raises(ValueError, match="--dataset_name"):
-        main(["grpo", "--bf16", "False", "--reward_funcs", "format_reward", "--model_name_or_path", "/nonexistent"])
+def test_dataset_errors_come_before_model_loading(tmp_path, restore_trl, capsys):
+    """Each fails on its data (one line, exit 2) before the (nonexistent) model is looked at."""
+    cases = [
+        (["--dataset_name", str(tmp_path / "missing.jsonl"), "--reward_funcs", "format_reward"], "not found"),
+        (["--dataset_name", str(tmp_path / "x.jsonl"), "--reward_funcs", "no_such_pkg_q.reward"], "Could not import"),
+        (["--reward_funcs", "format_reward"], "--dataset_name"),
+    ]
+    for flags, message in cases:
+        assert main(["grpo", "--bf16", "False", *flags, "--model_name_or_path", "/nonexistent/model"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "No model folder" not in err, err
 
 
 def test_two_step_run_leaves_adapter_metrics_plot_and_generate_works(tmp_path, restore_trl):

@@ -157,7 +157,7 @@ def replay_rollouts(trainer, records: list) -> None:
 
 
 def build(algorithm: str, side: str, batch: int, output_dir: str, zero: int | None = None):
-    """The trainer of one side (_parity's sides: patched, stock, reference, perturbed), built in the current state."""
+    """The trainer of one side (one of _parity.Sides), built in the current state."""
     config = {**COMMON, **RUNS[algorithm], "per_device_train_batch_size": batch}
     if zero is not None:
         config["deepspeed"] = zero_config(zero)

@@ -34,7 +34,7 @@ from _launch import ROOT, torchrun
 pytestmark = pytest.mark.distributed
 WORKER = ROOT / "tests/distributed/_dist_worker.py"
 WORLD, PER_DEVICE_BATCH = 2, 2
-REFERENCE_SIDES = ("patched", "reference", "perturbed")  # the 1-process runs: float32 patched, float64 stock (x2)
+REFERENCE_SIDES = ("patched", *P.FLOAT64_SIDES)  # the 1-process runs: float32 patched, float64 stock (x3)
 
 
 def _two_processes(algorithm, tmp_path, zero=None) -> dict:
@@ -54,9 +54,14 @@ def _loss_floor(rank_losses) -> float:
     return (WORLD + 1) * P.U32 * sum(abs(x) for x in rank_losses) / WORLD
 
 
+def _refs(one: P.Sides) -> tuple:
+    """The 1-process sides in _parity.check's order: float32 (stock's place), reference, the perturbed draws."""
+    return (one.patched, one.reference, *(getattr(one, side) for side in P.PERTURBATION_SEEDS))
+
+
 def _compare(two, one: P.Sides) -> None:
     """_parity's rule for every step loss, step gradient and final weight."""
-    refs = (one.patched, one.reference, one.perturbed)
+    refs = _refs(one)
     assert len(two["losses"]) == len(one.patched["losses"]) == len(two["grads"]) > 0
     for i, loss in enumerate(two["losses"]):
         rank_losses = [losses[i] for losses in two["rank_micro_losses"]]
@@ -96,8 +101,7 @@ def test_two_processes_equal_one_at_twice_the_batch(tmp_path, unpatched, algorit
     _compare(two, one)
     for name, grad in two["grads"][0].items():  # negative control: a 0.1% error in any gradient fails
         with pytest.raises(AssertionError, match="patched - ref"):
-            P.check(f"control {name}", grad * 1.001, *(r["grads"][0][name] for r in (one.patched, one.reference,
-                                                                                      one.perturbed)))
+            P.check(f"control {name}", grad * 1.001, *(r["grads"][0][name] for r in _refs(one)))
 
 
 def test_stock_trl_needs_use_cpu_for_two_cpu_processes(tmp_path):

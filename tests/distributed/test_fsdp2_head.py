@@ -14,7 +14,7 @@ import torch
 import _fsdp_worker as F
 import _parity as P
 from _launch import ROOT, torchrun
-from _reference import naive_fused_lm_head, perturb_output_layer
+from _reference import naive_fused_lm_head, perturb_rounding
 
 pytestmark = pytest.mark.distributed
 WORLD = 2
@@ -23,8 +23,8 @@ WORLD = 2
 def _one_process(side: str) -> dict:
     dtype, head = (torch.float32, None) if side == "patched" else (torch.float64, naive_fused_lm_head)
     model = F.model(dtype, head)
-    if side == "perturbed":
-        perturb_output_layer(model)
+    if side in P.PERTURBATION_SEEDS:
+        perturb_rounding(model, P.PERTURBATION_SEEDS[side])
     ids, _, labels = F.batch()
     log_probs, entropy, loss = F.score(model, slice(None), int((labels[:, 1:] != -100).sum()))
     loss.backward()
@@ -39,7 +39,7 @@ def test_head_under_fsdp2_equals_one_process(tmp_path):
         assert rank["sharded_head"] == ("DTensor", (F.T.VOCAB // WORLD, F.T.HIDDEN))
         assert rank["gathered_head_equal"], "_head_weights did not gather the sharded head exactly"
         assert rank["head_seen"] == [("Parameter", (F.T.VOCAB, F.T.HIDDEN))], rank["head_seen"]
-    one = [_one_process(side) for side in ("patched", "reference", "perturbed")]
+    one = [_one_process(side) for side in ("patched", *P.FLOAT64_SIDES)]
     for key in ("log_probs", "entropy"):
         P.check(key, torch.cat([r[key] for r in ranks]), *(o[key] for o in one))
     grads = ranks[0]["grads"]

@@ -117,7 +117,7 @@ def dpo_step(trainer) -> float:
 
 def run_sides(algorithm: str, config: dict, out_dir: str, lora: bool, num_chunks=None, lm_head_scale=None,
               bf16_forward: bool = False):
-    """The harness's four sides of `algorithm` (stock, patched, float64 reference, perturbed) on identical tiny models,
+    """The harness's sides of `algorithm` (stock, patched, float64 reference, perturbed) on identical tiny models,
     2 SGD steps each: (trainers, traces), both `P.Sides`. `lm_head_scale` multiplies the patched lm_head (negative
     controls); `bf16_forward` runs the steps inside bf16 autocast (what `train()` gives the forward)."""
     peft = lora_config() if lora else None

@@ -50,7 +50,7 @@ CASES = {
 
 
 def _run(case: str, precision: str, out_dir: str, lm_head_scale: float | None = None):
-    """The four sides of `case` on the GPU in `precision`, run through the harness: (trainers, traces)."""
+    """The sides of `case` on the GPU in `precision`, run through the harness: (trainers, traces)."""
     algorithm, lora, chunks, config = CASES[case]
     LeanLogProbFunction.last_forward_chunks = None
     trainers, traces = run_sides(algorithm, dict(config, **cuda_config(precision)), out_dir, lora, chunks,

@@ -102,12 +102,13 @@ def test_gguf_routing(tiny_model_dir, tmp_path, monkeypatch):
     gguf.write_bytes(b"GGUF")
     calls = []
 
-    def fake_from_pretrained(path, dtype, load_in_4bit, device_type, hf_kwargs):
+    def fake_from_pretrained(path, dtype, load_in_4bit, device_type, hf_kwargs, allow_unsafe_weights=False):
         calls.append((path, load_in_4bit, dict(hf_kwargs), os.listdir(path)))
         return real_from_pretrained(tiny_model_dir, dtype, load_in_4bit, device_type, {})
 
     real_from_pretrained = loading._from_pretrained
     monkeypatch.setattr(loading, "_from_pretrained", fake_from_pretrained)
+    monkeypatch.setattr(loading, "check_local_source", lambda name: None)  # a 4-byte stand-in, not a whole GGUF
     FastLanguageModel.from_pretrained(str(gguf), dtype="float32")
     assert calls[-1][0] == str(tmp_path) and calls[-1][2]["gguf_file"] == "model.Q4_0.gguf"
 
@@ -131,5 +132,6 @@ def test_gguf_routing(tiny_model_dir, tmp_path, monkeypatch):
     loading.load_model_and_tokenizer(str(gguf), dtype="float32", local_folder=True)
     assert calls[-1][0] == cached and conversions == [str(gguf)]  # reused, not converted again
 
-    with pytest.raises(FileNotFoundError):
+    monkeypatch.undo()  # the real source check: a missing .gguf is a clear error (tests/models/test_sources.py)
+    with pytest.raises(FileNotFoundError, match="No model folder or file at"):
         FastLanguageModel.from_pretrained(str(tmp_path / "missing.gguf"))

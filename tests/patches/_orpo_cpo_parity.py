@@ -1,6 +1,6 @@
 """Shared harness for the stock-vs-patched parity tests of TRL's experimental ORPO and CPO trainers.
 
-Same scheme as _pref_parity (DPO/KTO): the four sides of _parity (stock, patched, float64 reference and perturbed
+Same scheme as _pref_parity (DPO/KTO): the sides of _parity (stock, patched, float64 reference and perturbed
 reference) on identical models, each built and run in its own state; each side draws its micro-batches from its own
 dataloader after the same seed, runs the trainer's own `training_step` (TRL's compute_loss ->
 get_batch_loss_metrics -> concatenated_forward), then the same plain SGD step. Compared: batches (exact), loss of

@@ -119,7 +119,7 @@ def build_trainer(algorithm: str, model, args, peft_config=None, train_dataset=N
 def build_sides(algorithm: str, model_factory, config_kwargs: dict, output_dir: str, peft_config=None,
                 num_chunks: int | None = None, data_kind: str | None = None, patched_model_setup=None,
                 patched_config: dict | None = None) -> Sides:
-    """The four sides' trainers (_parity) on identical models; `num_chunks` / `patched_config` go to the
+    """The sides' trainers (_parity) on identical models; `num_chunks` / `patched_config` go to the
     patched config only, `patched_model_setup(model)` prepares the patched side's model only (e.g. FastLanguageModel's
     checkpointing)."""
     kind = data_kind or DATA_KIND[algorithm]

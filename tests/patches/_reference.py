@@ -1,5 +1,5 @@
 """The float64 sides of the parity tests: stock TRL run in float64 with a naive float64 log-prob head, and the same
-with float32-sized noise on its output layer.
+with float32-sized rounding noise (Monte Carlo arithmetic, drawn twice).
 
 1. Reference. TRL's own fused head computes in float32 whatever the weights (fp32 accumulators in its tiles), so a
    float64 model alone would still round like float32 there. The reference model gets instead, through the same
@@ -7,11 +7,20 @@ with float32-sized noise on its output layer.
    every logit, the log-softmax, entropy and the other outputs in float64, nothing chunked. Everything else is stock
    TRL, unpatched, on a float64 copy of the same weights, with the same seeds, so its rollouts, batches and
    shuffles are the stock run's.
-2. Perturbed reference. The reference again, with every output-layer weight multiplied by (1 + u32 * s), s = +-1 at
-   random (a private generator: the global RNG stream, and so the rollouts, stay the reference's). A logit
-   z = sum_k h_k w_vk then moves as float32 rounding of each product would move it; how far each compared quantity
-   moves in response is its conditioning with respect to the logits' rounding, measured on the run itself (a
-   cancelling loss or metric moves far more than its size suggests). _parity uses it as the floor of its rule.
+2. Perturbed reference. The reference again, with float32-sized random noise where float32 rounds (a private
+   generator per side: the global RNG stream, and so the rollouts, stay the reference's): every linear layer's
+   output y = x W^T gets u32 * (|x| @ |W|^T) * s' at every call, s' = +-1 fresh each time (the first-order rounding
+   of a dot product is u32 times the size of its summands, not of its result, which is how cancelling dot products
+   lose digits), and the output layer's weights are multiplied once by (1 + u32 * s). How far each compared quantity
+   moves in response is its conditioning with respect to float32 rounding, measured on the run itself: a cancelling
+   loss or metric moves far more than its size suggests. _parity uses it as the floor of its rule.
+3. Why fresh noise at every call, in every layer: a difference of two passes over the same rows (GRPO's log-ratio of
+   the training pass to the old-log-prob pass, DPO/KTO's policy minus precomputed reference log-probs) cancels any
+   noise that is the same in both passes. Float32 does not round two passes alike: TRL shuffles rows between those
+   passes and batches the precompute differently, BLAS kernels round a row by where it lands in the block (MKL's
+   AVX2 path does; AMX does not), and slimrl's shared-prefix forward packs other rows into the backbone.
+4. One draw of a scalar is a coin toss (it lands near zero one time in ten), so _parity draws twice (two perturbed
+   sides, other seeds) and takes the larger error.
 """
 
 from __future__ import annotations
@@ -107,7 +116,6 @@ def float64_head():
 
 
 U32 = 2.0**-24  # float32 unit roundoff
-PERTURBATION_SEED = 20261122
 
 
 def output_layer(model):
@@ -118,10 +126,24 @@ def output_layer(model):
     return getattr(layer, "base_layer", layer)  # a LoRA-wrapped head: its frozen weight
 
 
+def _random_signs(shape, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+    return torch.randint(0, 2, shape, generator=generator).to(like) * 2 - 1
+
+
 @torch.no_grad()
-def perturb_output_layer(model, seed: int = PERTURBATION_SEED) -> None:
-    """Multiply every weight of the model's output layer by (1 + u32 * s), s = +-1 (see the module docstring)."""
-    weight = output_layer(model).weight
+def perturb_rounding(model, seed: int) -> None:
+    """Multiply every weight of the model's output layer by (1 + u32 * s), s = +-1, and add to every linear layer's
+    output, at every call, u32 * (|x| @ |W|^T) * s' with fresh signs s' (the module docstring, points 2 and 3)."""
+    layer = output_layer(model)
     generator = torch.Generator(device="cpu").manual_seed(seed)
-    signs = torch.randint(0, 2, weight.shape, generator=generator).to(weight) * 2 - 1
-    weight.mul_(1 + U32 * signs)
+    layer.weight.mul_(1 + U32 * _random_signs(layer.weight.shape, generator, layer.weight))
+
+    def round_like_float32(module, inputs, output):
+        with torch.no_grad():  # a constant offset: the backward pass stays the reference's
+            summands = torch.nn.functional.linear(inputs[0].abs(), module.weight.abs())
+            noise = U32 * summands * _random_signs(output.shape, generator, output)
+        return output + noise
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(round_like_float32)

@@ -1,4 +1,4 @@
-"""Parity harness of TRL's online RL trainers (GRPO, RLOO): the four sides of _parity in lock-step.
+"""Parity harness of TRL's online RL trainers (GRPO, RLOO): the sides of _parity in lock-step.
 
 Choices, and why:
 - Patches are class-level, so every call of a side runs inside its state (`_parity.side_state`): stock and

@@ -61,6 +61,16 @@ def lora_config(**overrides):
     return LoraConfig(**kw)
 
 
+def peft_model(seed: int = 7):
+    """The tiny model wrapped by the user in a PeftModel (its LoRA seeded): TRL then copies the adapter as a frozen
+    "ref" adapter for the reference."""
+    from peft import get_peft_model
+
+    model = tiny_model(0)
+    torch.manual_seed(seed)
+    return get_peft_model(model, lora_config())
+
+
 def head_file(trainer) -> str:
     """Source file of the log-prob head installed on the trainer's policy (TRL's utils.py or slimrl's logprob.py)."""
     model = trainer.model

@@ -28,13 +28,7 @@ def _model_factory(kind, saved_model):
     if kind == "saved":
         return lambda: T.load_tiny(saved_model)
     if kind == "peft_model":  # the user wraps the model; TRL then copies the adapter as the frozen reference
-        def make():
-            from peft import get_peft_model
-
-            model = T.tiny_model(0)
-            torch.manual_seed(7)
-            return get_peft_model(model, T.lora_config())
-        return make
+        return T.peft_model
     return lambda: T.tiny_model(0)
 
 
@@ -43,7 +37,8 @@ def _head(model) -> str:
 
 
 def _check_heads(trainers):
-    heads = {"stock": STOCK_HEAD, "patched": SLIMRL_HEAD, "reference": REFERENCE_HEAD, "perturbed": REFERENCE_HEAD}
+    heads = {"stock": STOCK_HEAD, "patched": SLIMRL_HEAD, "reference": REFERENCE_HEAD, "perturbed": REFERENCE_HEAD,
+             "perturbed_again": REFERENCE_HEAD}
     for side, trainer in zip(P.Sides._fields, trainers):
         assert T.head_file(trainer).endswith(heads[side]), side
         if trainers.stock.ref_model is not None:

@@ -16,14 +16,6 @@ import _tiny as T
 ALGO = "rloo"
 
 
-def _peft_model():
-    from peft import get_peft_model
-
-    model = T.tiny_model(0)
-    torch.manual_seed(7)
-    return get_peft_model(model, T.lora_config())
-
-
 CASES = {
     # RLOO's defaults (beta=0.05) with LoRA from peft_config: reference = adapter disabled
     "lora-default-beta-chunks3": ("memory", True, 3, dict(per_device_train_batch_size=4, num_generations=2)),
@@ -45,7 +37,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_rloo_parity(tmp_path, unpatched, saved_model, case):
     kind, lora, chunks, config = CASES[case]
-    factory = {"saved": lambda: T.load_tiny(saved_model), "peft_model": _peft_model,
+    factory = {"saved": lambda: T.load_tiny(saved_model), "peft_model": T.peft_model,
                "memory": lambda: T.tiny_model(0)}[kind]
     trainers = R.build_sides(ALGO, factory, config, str(tmp_path), peft_config=T.lora_config() if lora else None,
                              num_chunks=chunks)

@@ -10,6 +10,7 @@ import logging
 
 import pytest
 
+from slimrl import notices
 from slimrl.patches import distributed
 from slimrl.state import config_state
 
@@ -29,6 +30,7 @@ def cpu_launch(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(notices, "_said", set())  # each notice prints once per process; each test sees its own
     return monkeypatch
 
 

@@ -47,12 +47,18 @@ def test_usual_learning_rate_is_silent(grpo, tmp_path):
         _cfg(grpo[0], tmp_path, learning_rate=1e-5)
 
 
-def test_batch_not_divisible_names_working_values(grpo, tmp_path):
+def test_batch_not_divisible_with_explicit_steps_names_working_values(grpo, tmp_path):
     with pytest.raises(ValueError) as err:
-        _cfg(grpo[0], tmp_path, per_device_train_batch_size=3, gradient_accumulation_steps=2, num_generations=4)
+        _cfg(grpo[0], tmp_path, per_device_train_batch_size=3, steps_per_generation=2, num_generations=4)
     msg = str(err.value)
-    assert "per_device_train_batch_size (3) × gradient_accumulation_steps (2) × world size (1) = 6" in msg
+    assert "per_device_train_batch_size (3) × steps_per_generation (2) × world size (1) = 6" in msg
     assert "per_device_train_batch_size in [2, 4, 6, 8]" in msg and "num_generations in [2, 3, 6]" in msg
+
+
+def test_batch_not_divisible_left_to_trl_is_fitted_keeping_the_micro_batch(grpo, tmp_path, caplog):
+    cfg = _cfg(grpo[0], tmp_path, per_device_train_batch_size=3, gradient_accumulation_steps=2, num_generations=4)
+    assert (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps) == (3, 2)
+    assert (cfg.steps_per_generation, cfg.generation_batch_size) == (4, 12)  # lcm(3, 4): 3 prompts x 4 completions
 
 
 def test_batch_divisible_through_accumulation(grpo, tmp_path):

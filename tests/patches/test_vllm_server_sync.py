@@ -9,6 +9,7 @@ import types
 import pytest
 import torch
 
+from slimrl import notices
 from slimrl.patches import vllm_server
 from slimrl.patches.vllm_rollouts import make_vllm_generation
 from slimrl.state import config_state
@@ -59,7 +60,8 @@ def _args(**fields):
     return args
 
 
-def test_choice_of_path(caplog):
+def test_choice_of_path(caplog, monkeypatch):
+    monkeypatch.setattr(notices, "_said", set())  # each notice prints once per process; each test sees its own
     peft, plain = _peft_model(), T.tiny_model(0)
     with caplog.at_level(logging.WARNING, logger="slimrl"):
         assert vllm_server.uses_adapter_sync(_args(), peft, _Accelerator("cpu"))

@@ -13,6 +13,8 @@ import argparse
 import os
 import sys
 
+from slimrl.cli.face import print_user_error, quiet_known_noise, take_debug_flag, user_errors
+
 COMMANDS = {
     "grpo": "Train with GRPO (every GRPOConfig field is a flag; bare `slimrl grpo` trains the embedded SmolLM2-135M "
             "on the arithmetic task in ~10-15 min on a 2-core CPU).",
@@ -54,6 +56,7 @@ def _small_parser(command: str) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    debug = take_debug_flag(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_top_help())
         return 0
@@ -66,6 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"slimrl: unknown command {command!r}\n\n{_top_help()}", file=sys.stderr)
         return 2
+    with quiet_known_noise():
+        try:
+            return _dispatch(command, rest)
+        except user_errors() as exc:
+            if debug:
+                raise
+            print_user_error(command, exc)
+            return 2
+
+
+def _dispatch(command: str, rest: list[str]) -> int:
     if command == "grpo":
         from slimrl.cli.args import parse_grpo_args
         from slimrl.cli.grpo import apply_patches, run_grpo

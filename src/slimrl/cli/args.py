@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from slimrl.tasks.arithmetic import DEFAULTS as ARITHMETIC  # noqa: E402  (light: no torch/trl import)
 
 DEFAULT_MODEL = "smollm2-135m"
+# The before/after eval when --num_eval_samples is unset: the full one for the default 30-step run, scaled down for
+# short trial runs (two 128-prompt greedy evals take ~2 min on a 2-core CPU, more than a 3-step run trains)
+FULL_EVAL, FULL_EVAL_STEPS, EVAL_PER_STEP, MIN_EVAL = 128, 30, 4, 16
 DEFAULT_OUTPUT_DIR = "outputs/slimrl-grpo-{task}"
 
 # GRPOConfig field -> (CLI default, why). Measured basis: the README's "Measured" table for `slimrl grpo` (30 steps
@@ -77,8 +80,10 @@ class DataArguments:
                 "for KTO one desirable and one undesirable row per prompt). Ignored when --dataset_name is given."})
     num_train_samples: int | None = field(default=None, metadata={
         "help": "Training prompts: generated for a built-in task (unset = 1000), a cap for a dataset (unset = all)."})
-    num_eval_samples: int = field(default=128, metadata={
-        "help": "Held-out prompts for the before/after accuracy (greedy decoding); 0 skips the evaluation."})
+    num_eval_samples: int | None = field(default=None, metadata={
+        "help": f"Held-out prompts for the before/after accuracy (greedy decoding); 0 skips the evaluation. Unset: "
+                f"{FULL_EVAL} for runs of {FULL_EVAL_STEPS}+ steps, {EVAL_PER_STEP} per step (at least {MIN_EVAL}) for "
+                "shorter ones, so a short trial run is not mostly evaluation."})
     eval_batch_size: int = field(default=32, metadata={"help": "Prompts per batched greedy generation in eval."})
     max_operand: int | None = field(default=None, metadata={
         "help": f"arithmetic task: largest operand (unset = {ARITHMETIC['max_operand']})."})
@@ -109,20 +114,82 @@ class TaskArguments(DataArguments):
         "help": "Reward used as eval accuracy for --dataset_name (same syntax); unset = no before/after eval."})
 
 
+@dataclass
+class SlimrlArguments:
+    """slimrl's own config fields (not part of TRL's config dataclass): set on the parsed config."""
+
+    slimrl_num_chunks: int = field(default=-1, metadata={
+        "help": "Chunks of the log-prob head: -1 = automatic (bounded scratch memory), N >= 1 = the scored tokens in "
+                "N chunks (less memory, same numbers)."})
+
+
+@dataclass
+class OnlineSlimrlArguments(SlimrlArguments):
+    slimrl_reward_errors: str = field(default="raise", metadata={
+        "help": "A reward function that raises or returns an unusable value: 'raise' stops with the function, prompt "
+                "and completion named; 'skip' scores that completion NaN and counts it (metric "
+                "rewards/<name>/errors).", "choices": ["raise", "skip"]})
+
+
+def apply_slimrl_arguments(training_args, slimrl_args) -> None:
+    """Set slimrl's fields on the config, validated by their owners (the same checks as the config keywords)."""
+    from slimrl.ops.chunking import validate_num_chunks
+
+    training_args.slimrl_num_chunks = validate_num_chunks(slimrl_args.slimrl_num_chunks)
+    if hasattr(slimrl_args, "slimrl_reward_errors"):
+        from slimrl.patches.rewards import check_policy
+
+        training_args.slimrl_reward_errors = check_policy(slimrl_args.slimrl_reward_errors)
+
+
+def set_cli_defaults(parser, defaults: dict) -> None:
+    """Replace TRL's defaults by the CLI's, noting both and why in --help (a value the user passes still wins)."""
+    for action in parser._actions:
+        if action.dest in defaults:
+            value, why = defaults[action.dest]
+            note = f"[slimrl CLI default: {value!r} (TRL: {action.default!r}); {why}]".replace("%", "%%")
+            action.default = value
+            action.help = f"{action.help or ''} {note}".strip()
+
+
 def build_grpo_parser(prog: str = "slimrl grpo"):
     from trl import GRPOConfig, TrlParser
 
-    parser = TrlParser((TaskArguments, ModelArguments, GRPOConfig), prog=prog,
+    parser = TrlParser((TaskArguments, ModelArguments, OnlineSlimrlArguments, GRPOConfig), prog=prog,
                        description="Train a model with GRPO (TRL's GRPOTrainer on slimrl's memory paths). Every "
                                    "GRPOConfig field is a flag; --config run.yaml sets defaults, flags override it.")
-    for action in parser._actions:
-        if action.dest in CLI_DEFAULTS:
-            value, why = CLI_DEFAULTS[action.dest]
-            trl_default = action.default
-            action.default = value
-            note = f"[slimrl CLI default: {value!r} (TRL: {trl_default!r}); {why}]".replace("%", "%%")
-            action.help = f"{action.help or ''} {note}".strip()
+    set_cli_defaults(parser, CLI_DEFAULTS)
     return parser
+
+
+def parse_with_config(parser, argv: list[str]):
+    """TrlParser's parse_args_and_config; an unknown key in the --config YAML is named with the closest flag."""
+    import difflib
+    import re
+
+    try:
+        return parser.parse_args_and_config(list(argv))
+    except ValueError as exc:
+        if "Unknown arguments from config file" not in str(exc):
+            raise
+        unknown = re.findall(r"'--([\w.-]+)'", str(exc))
+        known = [action.dest for action in parser._actions]
+        hints = [f"{key} (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(key, known, 2))
+                 else key for key in unknown]
+        raise ValueError(f"unknown key(s) in the --config file: {'; '.join(hints)}. Every key must be a flag of this "
+                         "command (see --help).") from exc
+
+
+def resolve_eval_samples(task_args, max_steps: int) -> None:
+    """An unset --num_eval_samples: FULL_EVAL for runs of FULL_EVAL_STEPS+ steps (or epochs), fewer for shorter runs."""
+    if task_args.num_eval_samples is not None:
+        return
+    if 0 < max_steps < FULL_EVAL_STEPS:
+        task_args.num_eval_samples = max(MIN_EVAL, min(FULL_EVAL, EVAL_PER_STEP * max_steps))
+        print(f"[slimrl] {max_steps}-step run: eval on {task_args.num_eval_samples} held-out prompts before and after "
+              f"(--num_eval_samples {FULL_EVAL} for the full eval, 0 to skip it)", flush=True)
+    else:
+        task_args.num_eval_samples = FULL_EVAL
 
 
 def mark_user_fields(training_args, argv: list[str]) -> None:
@@ -147,7 +214,9 @@ def mark_user_fields(training_args, argv: list[str]) -> None:
 def parse_grpo_args(argv: list[str]):
     """(task_args, model_args, training_args) from argv (may contain `--config file.yaml`)."""
     parser = build_grpo_parser()
-    task_args, model_args, training_args = parser.parse_args_and_config(list(argv))
+    task_args, model_args, slimrl_args, training_args = parse_with_config(parser, argv)
+    apply_slimrl_arguments(training_args, slimrl_args)
+    resolve_eval_samples(task_args, training_args.max_steps)
     mark_user_fields(training_args, list(argv))
     if model_args.dtype == "auto":
         model_args.dtype = None
@@ -206,23 +275,20 @@ def build_preference_parser(algorithm: str):
     from trl import TrlParser
 
     config = preference_config_class(algorithm)
-    parser = TrlParser((PreferenceTaskArguments, ModelArguments, config), prog=f"slimrl {algorithm}",
+    parser = TrlParser((PreferenceTaskArguments, ModelArguments, SlimrlArguments, config), prog=f"slimrl {algorithm}",
                        description=f"Train a model with {algorithm.upper()} (TRL's "
                                    f"{config.__name__.removesuffix('Config')}Trainer on slimrl's memory paths). "
                                    f"Every {config.__name__} field is a flag; "
                                    "--config run.yaml sets defaults, flags override it.")
-    for action in parser._actions:
-        if action.dest in PREFERENCE_CLI_DEFAULTS:
-            value, why = PREFERENCE_CLI_DEFAULTS[action.dest]
-            note = f"[slimrl CLI default: {value!r} (TRL: {action.default!r}); {why}]".replace("%", "%%")
-            action.default = value
-            action.help = f"{action.help or ''} {note}".strip()
+    set_cli_defaults(parser, PREFERENCE_CLI_DEFAULTS)
     return parser
 
 
 def parse_preference_args(algorithm: str, argv: list[str]):
     """(task_args, model_args, training_args) for `slimrl dpo|orpo|kto`."""
-    task_args, model_args, training_args = build_preference_parser(algorithm).parse_args_and_config(list(argv))
+    task_args, model_args, slimrl_args, training_args = parse_with_config(build_preference_parser(algorithm), argv)
+    apply_slimrl_arguments(training_args, slimrl_args)
+    resolve_eval_samples(task_args, training_args.max_steps)
     mark_user_fields(training_args, list(argv))
     if model_args.dtype == "auto":
         model_args.dtype = None

@@ -1,8 +1,9 @@
 """TrainerCallbacks for the training commands: a one-line tqdm progress bar and a JSONL metrics log.
 
 Choices made: the bar replaces transformers' ProgressCallback (which prints every log dict) and shows a few metrics
-(GRPO: reward, and KL only when TRL logs it, i.e. beta != 0; DPO/ORPO/KTO: loss, reward margin and accuracy) and
-wall seconds per optimizer step. The metrics file gets one JSON object per
+(GRPO: reward, and KL only when TRL logs it, i.e. beta != 0; DPO/ORPO/KTO: loss, reward margin and accuracy), the
+running count of reward-function failures skipped under slimrl_reward_errors="skip" (once there is one), and wall
+seconds per optimizer step. The metrics file gets one JSON object per
 `on_log` call (step, epoch and every logged value), flushed immediately so a killed run still leaves its history.
 """
 
@@ -32,6 +33,7 @@ class ProgressBarCallback(TrainerCallback):
         self.last_time = None
         self.seconds_per_step = None
         self.postfix: dict[str, str] = {}
+        self.reward_errors = 0.0
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
@@ -52,6 +54,10 @@ class ProgressBarCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.bar is None or not logs or not any(key in logs for key in self.keys.values()):
             return
+        errors = sum(v for k, v in logs.items() if k.startswith("rewards/") and k.endswith("/errors"))
+        if errors:  # a per-step mean of per-call counts: its running sum shows that (and roughly how often) it happens
+            self.reward_errors += errors
+            self.postfix["reward errs"] = f"{self.reward_errors:.0f}"
         for label, key in self.keys.items():
             if key in logs:  # e.g. KL only when TRL logs it (beta != 0)
                 self.postfix[label] = _fmt(logs.get(key))

@@ -58,6 +58,30 @@ def require_vllm() -> None:
                           "fast_inference=False: generation then runs through transformers' generate).")
 
 
+def head_size_of(config) -> int:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    head = getattr(text, "head_dim", None)
+    return head or text.hidden_size // text.num_attention_heads
+
+
+def check_engine_support(model, dtype: torch.dtype) -> None:
+    """What vLLM's CPU attention backend declares it runs (head sizes, dtypes), checked before the engine is built:
+    vLLM itself fails only once the engine is half-built ("Unsupported CPU attention configuration: head_dim=16")."""
+    if torch.cuda.is_available():
+        return  # CUDA picks among several attention backends at build time; vLLM's own error names the choice
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    head = head_size_of(model.config)
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    if head not in sizes:
+        raise ValueError(f"fast_inference=True: vLLM's CPU attention runs head sizes {sizes}, and "
+                         f"{type(model).__name__} has head size {head}. Use fast_inference=False (transformers' "
+                         "generate) for this model.")
+    if dtype not in CPUAttentionBackend.supported_dtypes:
+        raise ValueError(f"fast_inference=True: vLLM's CPU attention runs {CPUAttentionBackend.supported_dtypes}, not "
+                         f"{dtype}; load the model with one of those dtypes.")
+
+
 def resolve_weight_sync(mode: str, device_type: str) -> str:
     if mode not in WEIGHT_SYNC_MODES:
         raise ValueError(f"vllm_weight_sync must be one of {WEIGHT_SYNC_MODES}, got {mode!r}")

@@ -19,6 +19,7 @@ import logging
 import os
 
 from ..export import attach_export_methods
+from ..state import model_state
 from . import adapters, checkpointing, lora, modes
 from .loading import load_model_and_tokenizer
 
@@ -31,6 +32,9 @@ def check_fast_inference(load_in_4bit: bool, vllm_weight_sync: str) -> None:
     from ..generation.vllm_engine import require_vllm, resolve_weight_sync
 
     require_vllm()
+    from ..versions import check_vllm
+
+    check_vllm()
     resolve_weight_sync(vllm_weight_sync, "cpu")  # only for its check of the value
     if load_in_4bit and not torch.cuda.is_available():
         raise NotImplementedError("fast_inference=True with load_in_4bit=True needs a CUDA GPU (vLLM's bitsandbytes "
@@ -80,8 +84,9 @@ class FastLanguageModel:
         if "use_gradient_checkpointing" in options:
             checkpointing.apply_checkpointing(model, options["use_gradient_checkpointing"])
         if fast_inference:
-            from ..generation.vllm_engine import VLLMEngine, attach_engine
+            from ..generation.vllm_engine import VLLMEngine, attach_engine, check_engine_support
 
+            check_engine_support(model, model_state(model).dtype)
             engine = VLLMEngine(model, options["source_path"], max_seq_length=max_seq_length,
                                 gpu_memory_utilization=gpu_memory_utilization, max_lora_rank=max_lora_rank,
                                 weight_sync=vllm_weight_sync, engine_kwargs=vllm_engine_kwargs)

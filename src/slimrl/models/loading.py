@@ -31,6 +31,7 @@ import torch
 
 from ..state import model_state
 from . import adapters, embedded, quantization
+from .sources import check_local_source, hub_error, looks_like_path, pickle_only_error
 
 logger = logging.getLogger("slimrl")
 
@@ -105,7 +106,7 @@ def _target_device_type(kwargs: dict) -> str:
 def split_kwargs(kwargs: dict) -> tuple[dict, dict]:
     """(from_pretrained kwargs, slimrl options) after dropping Unsloth-only keywords with a warning."""
     hf_kwargs, options = dict(kwargs), {}
-    for key in ("use_gradient_checkpointing", "full_finetuning"):
+    for key in ("use_gradient_checkpointing", "full_finetuning", "allow_unsafe_weights"):
         if key in hf_kwargs:
             options[key] = hf_kwargs.pop(key)
     if hf_kwargs.pop("load_in_8bit", False):
@@ -145,10 +146,13 @@ def process_device_map() -> dict | None:
     return {"": int(os.environ.get("LOCAL_RANK", "0"))}
 
 
-def _from_pretrained(path: str, dtype: torch.dtype, load_in_4bit: bool, device_type: str, hf_kwargs: dict):
+def _from_pretrained(path: str, dtype: torch.dtype, load_in_4bit: bool, device_type: str, hf_kwargs: dict,
+                     allow_unsafe_weights: bool = False):
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     kwargs = dict(hf_kwargs)
+    if "gguf_file" not in kwargs and not allow_unsafe_weights:
+        kwargs.setdefault("use_safetensors", True)  # never unpickle weights unless asked (sources.py)
     kwargs.setdefault("dtype", dtype)
     if device_type == "cuda" and "device_map" not in kwargs and (device_map := process_device_map()) is not None:
         kwargs["device_map"] = device_map
@@ -159,9 +163,19 @@ def _from_pretrained(path: str, dtype: torch.dtype, load_in_4bit: bool, device_t
     elif "gguf_file" in kwargs:
         kwargs.setdefault("quantization_config", GgufConfig(dequantize=True))
     tokenizer_kwargs = {k: kwargs[k] for k in (*_TOKENIZER_KWARGS, "gguf_file") if k in kwargs}
-    tokenizer = AutoTokenizer.from_pretrained(path, **tokenizer_kwargs)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **tokenizer_kwargs)
+    except OSError as exc:
+        if os.path.exists(path) or looks_like_path(path):
+            raise
+        raise hub_error(path, exc) from exc
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except OSError as exc:
+        if "no file named model.safetensors" in str(exc) or "does not appear to have a file named model.safetensors" \
+                in str(exc):
+            raise pickle_only_error(path) from exc
+        raise
     except (RuntimeError, ImportError, ValueError) as exc:
         if load_in_4bit and "bitsandbytes" in f"{type(exc).__module__} {exc}".lower():
             raise quantization.quantization_error(exc, device_type) from exc
@@ -175,10 +189,10 @@ def _weights_source(name: str, load_in_4bit: bool, local_folder: bool, hf_kwargs
     folder, temporary for 4-bit, else the file itself through `gguf_file=`, set in hf_kwargs), or `name` as given."""
     if embedded.is_embedded_name(name) and not os.path.exists(name):
         yield embedded.embedded_model_path()
-    elif not name.lower().endswith(".gguf"):
+        return
+    check_local_source(name)
+    if not name.lower().endswith(".gguf"):
         yield name
-    elif not os.path.isfile(name):
-        raise FileNotFoundError(f"GGUF file not found: {name}")
     elif load_in_4bit:
         logger.info("GGUF + load_in_4bit: dequantizing %s, then quantizing to NF4", name)
         temp_folder = tempfile.mkdtemp(prefix="slimrl-gguf-")
@@ -211,7 +225,8 @@ def load_model_and_tokenizer(model_name, max_seq_length: int = 2048, dtype=None,
 
     start = time.perf_counter()
     with _weights_source(os.fspath(model_name), load_in_4bit, local_folder, hf_kwargs) as path:
-        model, tokenizer = _from_pretrained(path, chosen, load_in_4bit, device_type, hf_kwargs)
+        model, tokenizer = _from_pretrained(path, chosen, load_in_4bit, device_type, hf_kwargs,
+                                            options.get("allow_unsafe_weights", False))
         options["source_path"] = path
 
     if load_in_4bit and device_type == "cpu":

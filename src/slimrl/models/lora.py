@@ -63,6 +63,18 @@ def default_target_modules(model) -> list[str]:
     return sorted(names)
 
 
+def check_target_modules(model, target_modules) -> None:
+    """Every name in a list of target modules must name some module of `model` (peft matches a full name or its last
+    components); a regex string is left to peft. Raises naming the missing ones and the projections the model has."""
+    if isinstance(target_modules, str) or target_modules == "all-linear":
+        return
+    names = [name for name, _ in model.named_modules()]
+    missing = [t for t in target_modules if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing:
+        raise ValueError(f"target_modules {missing} are not modules of {type(model).__name__}. Its projections: "
+                         f"{default_target_modules(model)} (target_modules=None takes them all).")
+
+
 def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16, lora_dropout: float = 0.0,
                    bias: str = "none", use_gradient_checkpointing=True, random_state: int = 3407, **peft_kwargs):
     """Wrap `model` in a LoRA PeftModel and configure checkpointing; see FastLanguageModel.get_peft_model."""
@@ -91,6 +103,8 @@ def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16
         raise TypeError(f"get_peft_model: unknown keyword(s) {unknown}; LoraConfig accepts {sorted(lora_fields)}")
     if target_modules is None:
         target_modules = default_target_modules(model)
+    else:
+        check_target_modules(model, target_modules)
     peft_kwargs.setdefault("task_type", "CAUSAL_LM")
     config = LoraConfig(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, bias=bias,
                         target_modules=target_modules, **peft_kwargs)

@@ -26,6 +26,6 @@ CPO = PairedForward(
 PATCHES = [
     Patch(TRAINER, "concatenated_forward", FORWARD_PARAMS, concatenated_forward_maker(CPO),
           "chunked log-probs / NLL / mean-logits from the hidden states; no [2B, T, V] logits"),
-    *offline_patches(TRAINER, "trl.experimental.cpo.cpo_config.CPOConfig", TRAINER_PARAMS),
+    *offline_patches("cpo", TRAINER, "trl.experimental.cpo.cpo_config.CPOConfig", TRAINER_PARAMS),
     *alias_patches("trl.experimental.cpo", ("CPOConfig", "CPOTrainer")),
 ]

@@ -25,14 +25,12 @@ patched trainers keep it. One default goes wrong there, and it is resolved the w
 
 from __future__ import annotations
 
-import logging
 import os
 
 import torch
 
+from ..notices import notice
 from ..state import user_set
-
-logger = logging.getLogger("slimrl")
 
 # The variables accelerate reads for a launch's world size (torchrun, Intel MPI / MPICH, Open MPI, MVAPICH)
 WORLD_SIZE_VARS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -86,5 +84,5 @@ def resolve_config_device(args) -> None:
         )
     args.use_cpu = True
     if os.environ.get("RANK", "0") == "0":
-        logger.warning("slimrl: use_cpu=True (was False): %d processes on a machine without an accelerator "
-                       "(set use_cpu yourself to silence this)", processes)
+        notice(f"use_cpu=True (was False): {processes} processes on a machine without an accelerator "
+               "(set use_cpu yourself to silence this)")

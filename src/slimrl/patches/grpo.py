@@ -8,4 +8,4 @@ advantages, buffering, metrics.
 
 from .online import online_patches
 
-PATCHES = online_patches("trl.trainer.grpo_trainer", "GRPOTrainer", "trl.trainer.grpo_config", "GRPOConfig")
+PATCHES = online_patches("grpo", "trl.trainer.grpo_trainer", "GRPOTrainer", "trl.trainer.grpo_config", "GRPOConfig")

@@ -6,7 +6,8 @@ checks do not apply. Patched (beyond the shared set-up of trainer_setup.py):
    `slimrl.ops.logprob.add_fused_lm_head` scores only labelled tokens in bounded chunks. None for trainers without
    that seam (RewardTrainer: a sequence-classification model; experimental ORPO/CPO: their forward is patched
    instead, see concatenated_forward.py).
-2. Config checks: the learning rate.
+2. Config checks: the learning rate. DPO's family (`SHARED_PREFIX_OFFLINE`) also declares `slimrl_shared_prefix`
+   and its check (shared_prefix_rules.py); KTO/SFT/reward/ORPO/CPO refuse it like any unknown keyword.
 3. Trainer `__init__`: the config's `max_length` against the model's `max_seq_length` (set by FastLanguageModel): a
    `max_length` the user set that exceeds it raises naming both fields, TRL's untouched default is lowered to it
    (logged); TRL's `activation_offloading=True` together with the model's "offload" mode: both move saved activations
@@ -16,12 +17,15 @@ checks do not apply. Patched (beyond the shared set-up of trainer_setup.py):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 
 from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..state import config_state
-from . import validation
+from . import shared_prefix_rules, validation
+from .compat import OFFLINE_REMOVED, OFFLINE_RENAMED
+from .data_checks import dataset_check
 from .seams import Patch
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
 
@@ -69,17 +73,30 @@ def reconcile_offloading(call: SetupCall) -> None:
     apply_checkpointing(call.model, True)
 
 
-OFFLINE = Family(check_config=check_config, checks=(check_max_length, reconcile_offloading))
+OFFLINE = Family(renamed_fields=OFFLINE_RENAMED, removed_fields=OFFLINE_REMOVED, check_config=check_config,
+                 checks=(check_max_length, reconcile_offloading))
 
 
-def offline_patches(trainer_path: str, config_path: str, trainer_params: tuple[str, ...],
-                    fused_head_module: str | None = None) -> list[Patch]:
+def check_shared_prefix_config(args) -> None:
+    check_config(args)
+    shared_prefix_rules.check_config(args)
+
+
+# The offline trainers with shared-prefix forwards (DPO: chosen and rejected share their prompt)
+SHARED_PREFIX_OFFLINE = dataclasses.replace(OFFLINE, config_fields=(shared_prefix_rules.FIELD,),
+                                            check_config=check_shared_prefix_config)
+
+
+def offline_patches(algorithm: str, trainer_path: str, config_path: str, trainer_params: tuple[str, ...],
+                    fused_head_module: str | None = None, family: Family = OFFLINE) -> list[Patch]:
     """The set-up patch list of one offline trainer.
 
     trainer_path / config_path: dotted paths of the trainer and config classes. trainer_params: the leading parameter
     names of the trainer's `__init__` (checked at patch time; the set-up reads `model`, `args`, `ref_model` by name).
     fused_head_module: the trainer's module, when it imports `add_fused_lm_head` by name (None: no head patch). The
     training step is DPO/KTO/SFT/reward's `(self, *args, **kwargs)` override, or Trainer's own for ORPO/CPO.
+    family: OFFLINE, or a variant declaring more config fields (SHARED_PREFIX_OFFLINE).
     """
     head = [fused_head_patch(fused_head_module)] if fused_head_module is not None else []
-    return [*head, *setup_patches(OFFLINE, trainer_path, config_path, trainer_params)]
+    family = dataclasses.replace(family, checks=(dataset_check(algorithm), *family.checks))
+    return [*head, *setup_patches(family, trainer_path, config_path, trainer_params)]

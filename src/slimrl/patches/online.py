@@ -3,11 +3,16 @@
 Patched (beyond the shared set-up of trainer_setup.py):
 1. `add_fused_lm_head`, the module-level name the trainer module calls in `__init__`: slimrl's head
    (slimrl.ops.logprob: completion-only scoring, bounded row chunks). TRL's private helpers it reads are checked seams.
-2. Config: the field `vllm_sampling_params` (rollouts on the model's vLLM engine); config checks: learning rate,
-   sampling temperature, batch geometry (validation.py).
-3. Trainer `__init__`: the model's `max_seq_length` against the completion length and the dataset's longest prompt;
-   around TRL's `__init__`, the engine's rollout config (vllm_rollouts.engine_rollouts: `use_vllm` switched on for an
-   attached engine, `vllm_sampling_params` checked and copied into the config, visible to the VLLMGeneration seam).
+2. Config: the fields `vllm_sampling_params` (rollouts on the model's vLLM engine), `slimrl_reward_errors`
+   ("raise" | "skip", see rewards.py) and `slimrl_shared_prefix` ("auto" | True | False, shared_prefix_rules.py);
+   `max_new_tokens` as the older name of `max_completion_length`, the removed `max_prompt_length` refused saying
+   why (compat.py); config checks: learning rate, sampling temperature, batch geometry fitted or refused
+   (validation.py).
+3. Trainer `__init__`: every callable reward function wrapped (rewards.py: keywords by signature, a parameter no
+   column provides refused now, failures named); the model's `max_seq_length` against the completion length and
+   the dataset's longest prompt; around TRL's `__init__`, the engine's rollout config
+   (vllm_rollouts.engine_rollouts: `use_vllm` switched on for an attached engine, `vllm_sampling_params` checked and
+   copied into the config, visible to the VLLMGeneration seam).
 4. `_generate_single_turn`: FastLanguageModel.for_inference / for_training around every rollout (KV cache on,
    checkpointing off, left padding; the training flag stays as TRL has it, so dropout sampling matches stock), and
    the max_seq_length check on the actual prompts.
@@ -15,15 +20,22 @@ Patched (beyond the shared set-up of trainer_setup.py):
    (fast_inference=True) attached one; in server mode with `vllm_server_sync` "adapter" (or "auto" off CUDA), TRL's
    server client with the LoRA adapter handed over through the server's LoRA endpoints (vllm_server.py); TRL's class
    otherwise (vllm_rollouts.py).
+6. `_get_per_token_logps_and_entropies` (policy, old-policy and reference forwards): run inside the shared-prefix
+   context, each distinct prompt of a forward's rows computed once (shared_prefix.py).
 TRL's own: the whole GRPO/RLOO step (generation, rewards, advantages, every loss type, buffering, metrics).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
-from . import validation
+from . import shared_prefix_rules, validation
+from .compat import ONLINE_REMOVED, ONLINE_RENAMED
+from .data_checks import dataset_check
+from .rewards import check_policy, checked_rewards
 from .seams import Patch
+from .shared_prefix import logprob_seam_patches
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
 from .vllm_rollouts import VLLM_GENERATION_USES, engine_rollouts, make_vllm_generation
 
@@ -33,9 +45,29 @@ def check_sequence_lengths(call: SetupCall) -> None:
                                     call.arguments.get("processing_class"))
 
 
+def check_config(args) -> None:
+    check_policy(args.slimrl_reward_errors)
+    shared_prefix_rules.check_config(args)
+    validation.check_config(args)
+
+
+def wrap_reward_functions(call: SetupCall) -> None:
+    """Each callable reward as rewards.CheckedReward (refused now if it needs a column the dataset lacks)."""
+    rewards = call.arguments.get("reward_funcs")
+    if rewards is None:
+        return
+    dataset = call.arguments.get("train_dataset")
+    columns = getattr(dataset, "column_names", None)
+    call.arguments["reward_funcs"] = checked_rewards(rewards, columns, call.args.slimrl_reward_errors)
+
+
 ONLINE = Family(
-    config_fields=(("vllm_sampling_params", None), ("vllm_server_sync", "auto")),
-    check_config=validation.check_config,
+    config_fields=(("vllm_sampling_params", None), ("vllm_server_sync", "auto"),
+                   ("slimrl_reward_errors", "raise"), shared_prefix_rules.FIELD),
+    renamed_fields=ONLINE_RENAMED,
+    removed_fields=ONLINE_REMOVED,
+    check_config=check_config,
+    adapters=(wrap_reward_functions,),
     checks=(check_sequence_lengths,),
     around=lambda call: engine_rollouts(call.model, call.args),
 )
@@ -63,16 +95,18 @@ def make_generate_single_turn(original):
     return _generate_single_turn
 
 
-def online_patches(module: str, trainer: str, config_module: str, config: str) -> list[Patch]:
+def online_patches(algorithm: str, module: str, trainer: str, config_module: str, config: str) -> list[Patch]:
     """The patch list of GRPO or RLOO (their seams have the same names and shapes)."""
     trainer_path = f"{module}.{trainer}"
+    family = dataclasses.replace(ONLINE, checks=(dataset_check(algorithm), *ONLINE.checks))
     return [
         fused_head_patch(module),
-        *setup_patches(ONLINE, trainer_path, f"{config_module}.{config}",
+        *setup_patches(family, trainer_path, f"{config_module}.{config}",
                        ("self", "model", "reward_funcs", "args", "train_dataset", "eval_dataset", "processing_class"),
                        step_params=("self", "model", "inputs", "num_items_in_batch")),
         Patch(trainer_path, "_generate_single_turn", ("self", "prompt_ids"), make_generate_single_turn,
               "inference/training mode around rollouts"),
         Patch(module, "VLLMGeneration", ("model", "accelerator", "processing_class", "mode"), make_vllm_generation,
               "rollouts on the model's attached vLLM engine", uses=VLLM_GENERATION_USES),
+        *logprob_seam_patches(trainer_path),
     ]

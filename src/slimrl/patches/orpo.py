@@ -29,6 +29,6 @@ ORPO = PairedForward(
 PATCHES = [
     Patch(TRAINER, "concatenated_forward", FORWARD_PARAMS, concatenated_forward_maker(ORPO),
           "chunked log-probs / NLL / mean-logits from the hidden states; no [2B, T, V] logits"),
-    *offline_patches(TRAINER, "trl.experimental.orpo.orpo_config.ORPOConfig", TRAINER_PARAMS),
+    *offline_patches("orpo", TRAINER, "trl.experimental.orpo.orpo_config.ORPOConfig", TRAINER_PARAMS),
     *alias_patches("trl.experimental.orpo", ("ORPOConfig", "ORPOTrainer")),
 ]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import cpo, dpo, grpo, kto, orpo, reward, rloo, sft
+from .compat import REMOVED_ALGORITHMS
 from .seams import MISSING, Patch, PatchError, check_seam, check_trl_version, own_attr, trl_version, unwrap_descriptor
 
 logger = logging.getLogger("slimrl")
@@ -56,6 +57,9 @@ def _normalize(algorithm: str | None) -> list[str]:
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a string or None, got {type(algorithm).__name__}")
     name = algorithm.strip().lower()
+    if name in REMOVED_ALGORITHMS and name not in ALGORITHMS:
+        raise ValueError(f"PatchFastRL({algorithm!r}): {REMOVED_ALGORITHMS[name]}. Supported: "
+                         f"{', '.join(supported_algorithms())} (or None for all).")
     if name not in ALGORITHMS:
         raise ValueError(f"Unknown algorithm {algorithm!r}. Supported: {', '.join(supported_algorithms())} "
                          "(or None for all).")

@@ -6,4 +6,4 @@ through the patched head, so their numbers are TRL's), the leave-one-out baselin
 
 from .online import online_patches
 
-PATCHES = online_patches("trl.trainer.rloo_trainer", "RLOOTrainer", "trl.trainer.rloo_config", "RLOOConfig")
+PATCHES = online_patches("rloo", "trl.trainer.rloo_trainer", "RLOOTrainer", "trl.trainer.rloo_config", "RLOOConfig")

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-SUPPORTED_TRL = (">=1.16", "<2")
 MISSING = object()
 
 
@@ -61,15 +60,15 @@ def trl_version() -> str:
 
 
 def check_trl_version() -> None:
-    from packaging.version import Version
+    """The TRL in memory (its `__version__`) against slimrl/versions.py's range."""
+    from packaging.specifiers import SpecifierSet
 
-    version = Version(trl_version())
-    low, high = Version(SUPPORTED_TRL[0][2:]), Version(SUPPORTED_TRL[1][1:])
-    if not (low <= version < high):
-        raise PatchError(
-            f"slimrl supports TRL {','.join(SUPPORTED_TRL)}, but TRL {version} is installed. "
-            f"Install a supported version: pip install 'trl{','.join(SUPPORTED_TRL)}'."
-        )
+    from ..versions import SUPPORTED
+
+    version, spec = trl_version(), SUPPORTED["trl"]
+    if version not in SpecifierSet(spec, prereleases=True):
+        raise PatchError(f"slimrl supports TRL {spec}, but TRL {version} is installed. Install a supported version: "
+                         f"pip install 'trl{spec}'.")
 
 
 def resolve(dotted: str) -> Any:

@@ -4,17 +4,22 @@
 What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
 1. Config `__init__`: slimrl's config fields are accepted as keywords and set before the dataclass `__init__`, so
    `__post_init__` and TRL's checks see them: `slimrl_num_chunks` (Unsloth's alias `unsloth_num_chunks`; the knob
-   of slimrl.ops.chunking) and the family's own. The fields the user passed are recorded (slimrl.state.ConfigState):
-   slimrl may adjust a TRL default but never a value the user set.
+   of slimrl.ops.chunking) and the family's own. Fields an older script passes under a name TRL 1.16 renamed are
+   taken under the new name with a notice (both given and different: an error naming both); fields TRL removed get
+   an error saying what replaced them. The fields the user passed are recorded (slimrl.state.ConfigState): slimrl
+   may adjust a TRL default but never a value the user set.
 2. Config `__post_init__`: defaults for slimrl's fields where the config was built without `__init__`
    (`dataclasses.replace`, a parser), precision flags resolved where TRL's default cannot run (precision.py), then
    `use_cpu` for a multi-process launch without an accelerator (distributed.py), the family's config checks, then
    TRL's own (the clearer message wins).
-3. Trainer `__init__`: TRL's arguments bound by name. Around TRL's `__init__`, the family's context (online: the
-   vLLM engine's rollout config). Before it: precision against the model's weights, the family's checks, the model's
-   checkpointing mode against the config's flag, the knob on every model given (`precompute_ref_log_probs` runs a
-   reference pass inside TRL's `__init__`). After it: the knob on the models TRL ended up with (a reference it loaded
-   itself included) and the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
+3. Trainer `__init__`: `tokenizer=` (the name older TRL and Unsloth scripts use) taken as `processing_class=` with a
+   notice; TRL's arguments bound by name. Around TRL's `__init__`, the family's context (online: the vLLM engine's
+   rollout config). Before it: the arguments adapted (no `processing_class`: the tokenizer FastLanguageModel
+   returned with the model; the family's adapters, e.g. GRPO's reward functions), precision against the model's
+   weights, the family's checks, the model's checkpointing mode against the config's flag, the knob on every model
+   given (`precompute_ref_log_probs` runs a reference pass inside TRL's `__init__`). TRL's `__init__` then gets the
+   adapted arguments. After it: the knob on the models TRL ended up with (a reference it loaded itself included) and
+   the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
 4. `training_step`: the step's peak memory (CUDA max allocated, or peak RSS on CPU) as the `peak_memory_gb` metric,
    in the trainer's own metric store (`_metrics`, or `_stored_metrics` for the older ORPO/CPO trainers).
 """
@@ -32,9 +37,11 @@ from typing import Any, NamedTuple
 
 from ..memory import gib, peak_memory_bytes, reset_peak_memory
 from ..models.checkpointing import apply_checkpointing, checkpointing_mode
+from ..notices import notice
 from ..ops.chunking import set_num_chunks, validate_num_chunks
-from ..state import AUTO_CHUNKS, config_state, user_set
+from ..state import AUTO_CHUNKS, config_state, model_state, user_set
 from . import distributed, precision
+from .compat import ARGUMENT_ALIASES, adapt_config_kwargs, take_alias
 from .seams import Patch
 
 logger = logging.getLogger("slimrl")
@@ -53,7 +60,10 @@ class Family:
     """What differs between trainer families; everything else in this module is shared."""
 
     config_fields: tuple[tuple[str, Any], ...] = ()  # (name, default) of the family's extra config fields
+    renamed_fields: tuple[tuple[str, str], ...] = ()  # (old name, TRL 1.16's name) accepted with a notice
+    removed_fields: tuple[tuple[str, str], ...] = ()  # (name TRL removed, what replaced it) -> error
     check_config: Callable[[Any], None] = lambda args: None  # config-time checks (args -> None, raise on error)
+    adapters: tuple[Callable[[SetupCall], None], ...] = ()  # may change call.arguments before TRL's __init__
     checks: tuple[Callable[[SetupCall], None], ...] = ()  # trainer-time checks, before TRL's __init__
     around: Callable[[SetupCall], Any] | None = None  # a context manager around TRL's __init__ (entered first)
 
@@ -73,6 +83,7 @@ def config_init_maker(family: Family):
     def make(original):
         @functools.wraps(original)
         def __init__(self, *args, slimrl_num_chunks=None, unsloth_num_chunks=None, **kwargs):
+            adapt_config_kwargs(type(self), kwargs, family.renamed_fields, family.removed_fields)
             extras = {name: kwargs.pop(name, default) for name, default in family.config_fields}
             self.slimrl_num_chunks = num_chunks_from(slimrl_num_chunks, unsloth_num_chunks)
             for name, value in extras.items():
@@ -133,15 +144,42 @@ def set_chunks(models, num_chunks: int, unwrap=lambda m: m) -> None:
             set_num_chunks(unwrap(model), num_chunks)
 
 
-def _bind(signature: inspect.Signature, self, args, kwargs) -> SetupCall | None:
-    """TRL's `__init__` arguments by name; None when slimrl has nothing to check (a wrong call: TRL raises its own
-    error; a model given by name: TRL loads it)."""
+def _bind(signature: inspect.Signature, self, args, kwargs) -> inspect.BoundArguments | None:
+    """TRL's `__init__` arguments by name (None for a call TRL will refuse itself, with its own error)."""
     try:
-        arguments = signature.bind_partial(self, *args, **kwargs).arguments
+        return signature.bind_partial(self, *args, **kwargs)
     except TypeError:
         return None
-    call = SetupCall(arguments.get("model"), arguments.get("args"), arguments)
+
+
+def _setup_call(bound: inspect.BoundArguments | None) -> SetupCall | None:
+    """The call slimrl prepares, or None when it has nothing to check (a model given by name: TRL loads it)."""
+    if bound is None:
+        return None
+    call = SetupCall(bound.arguments.get("model"), bound.arguments.get("args"), bound.arguments)
     return call if call.args is not None and is_model(call.model) else None
+
+
+def default_processing_class(call: SetupCall) -> None:
+    """No `processing_class`: the tokenizer FastLanguageModel.from_pretrained returned with the model (TRL would
+    reload one by the model's name, which fails for GGUF files, the embedded model and offline machines)."""
+    if call.arguments.get("processing_class") is not None:
+        return
+    state = model_state(call.model, create=False)
+    if state is not None and state.tokenizer is not None:
+        call.arguments["processing_class"] = state.tokenizer
+        notice("no processing_class given: using the tokenizer FastLanguageModel.from_pretrained returned.")
+
+
+def check_tokenizer(call: SetupCall) -> None:
+    """TRL pads with the tokenizer's pad token (eos when there is none) and stops generation at eos: a tokenizer with
+    neither would fail mid-step."""
+    processing_class = call.arguments.get("processing_class")
+    tokenizer = getattr(processing_class, "tokenizer", processing_class)  # processors wrap one
+    if hasattr(tokenizer, "pad_token") and tokenizer.pad_token is None and getattr(tokenizer, "eos_token", 1) is None:
+        raise ValueError(f"processing_class {type(tokenizer).__name__} has neither a pad token nor an eos token: TRL "
+                         "pads with pad (or eos) and ends completions at eos. Set tokenizer.pad_token and "
+                         "tokenizer.eos_token, or load it with FastLanguageModel.from_pretrained, which fills them.")
 
 
 @contextlib.contextmanager
@@ -151,6 +189,9 @@ def _prepared(call: SetupCall | None, family: Family):
         yield
         return
     with family.around(call) if family.around is not None else contextlib.nullcontext():
+        for adapt in (default_processing_class, *family.adapters):
+            adapt(call)
+        check_tokenizer(call)
         precision.resolve_trainer_precision(call.args, call.model)
         for check in family.checks:
             check(call)
@@ -177,8 +218,15 @@ def trainer_init_maker(family: Family):
 
         @functools.wraps(original)
         def __init__(self, *args, **kwargs):
-            with _prepared(_bind(signature, self, args, kwargs), family):
-                original(self, *args, **kwargs)
+            for old, new in ARGUMENT_ALIASES:
+                if old not in signature.parameters:
+                    take_alias(kwargs, old, new, type(self).__name__)
+            bound = _bind(signature, self, args, kwargs)
+            with _prepared(_setup_call(bound), family):
+                if bound is None:
+                    original(self, *args, **kwargs)
+                else:  # the arguments as slimrl adapted them
+                    original(*bound.args, **bound.kwargs)
             _after_init(self)
 
         return __init__

@@ -1,15 +1,20 @@
 """Checks run when an RL config or trainer is built, before any heavy work. Errors name the field and a fix.
 
 Config time: learning rate, sampling temperature, batch geometry (the generation batch must hold whole groups of
-`num_generations` completions). Trainer time: the model's `max_seq_length` against the completion length and the
-dataset's longest prompt. Rollout time: each prompt batch against `max_seq_length` (for streamed datasets).
+`num_generations` completions: when the user left the generation batch to TRL, slimrl fits it instead of raising,
+keeping the micro-batch and accumulation, so per-step memory stays as configured; values the user set that cannot
+work raise). Trainer time: the model's `max_seq_length` against the completion length and the dataset's longest
+prompt. Rollout time: each prompt batch against `max_seq_length` (for streamed datasets).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import warnings
+
+from ..notices import notice
 
 logger = logging.getLogger("slimrl")
 
@@ -65,6 +70,9 @@ def check_batch_geometry(args, world_size: int | None = None) -> None:
         )
     if total % g == 0:
         return
+    if args.generation_batch_size is None and args.steps_per_generation is None:
+        fit_generation_batch(args, world, total)
+        return
     per_step = max(1, total // bs)  # what multiplies per_device_train_batch_size
     good_bs = [b for b in range(1, 4 * max(bs, g) + 1) if (b * per_step) % g == 0][:4]
     good_g = _divisors(total)
@@ -73,6 +81,20 @@ def check_batch_geometry(args, world_size: int | None = None) -> None:
         f"generation batch. Values that work: per_device_train_batch_size in {good_bs} (keeping the rest), or "
         f"num_generations in {good_g}, or a gradient_accumulation_steps that makes the product a multiple of {g}."
     )
+
+
+def fit_generation_batch(args, world: int, total: int) -> None:
+    """The least generation batch that holds whole groups of num_generations and splits into micro-batches of
+    per_device_train_batch_size x world: set through steps_per_generation (micro-batch and accumulation kept)."""
+    step_rows = args.per_device_train_batch_size * world
+    steps = math.lcm(step_rows, args.num_generations) // step_rows
+    ga = args.gradient_accumulation_steps
+    notice(f"generation batch {total} (per_device_train_batch_size {args.per_device_train_batch_size} x "
+           f"gradient_accumulation_steps {ga} x world size {world}) holds no whole groups of num_generations="
+           f"{args.num_generations}: steps_per_generation {ga} -> {steps}, generation batch {total} -> "
+           f"{steps * step_rows} ({steps * step_rows // args.num_generations} prompts per generation; micro-batch and "
+           "accumulation unchanged). Set steps_per_generation or generation_batch_size yourself to choose.")
+    args.steps_per_generation = steps
 
 
 def check_config(args) -> None:

@@ -24,14 +24,12 @@ importance-sampling correction, and everything around them.
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import uuid
 
+from ..notices import notice
 from ..state import user_set
-
-logger = logging.getLogger("slimrl")
 
 SERVER_SYNC_CHOICES = ("auto", "weights", "adapter")
 ADAPTER_FOLDER = "vllm-server-adapters"
@@ -48,7 +46,7 @@ def check_server_sync(args) -> None:
     if choice not in SERVER_SYNC_CHOICES:
         raise ValueError(f"vllm_server_sync={choice!r}: choose one of {', '.join(SERVER_SYNC_CHOICES)}.")
     if choice != "auto" and getattr(args, "vllm_mode", "colocate") != "server" and user_set(args, "vllm_server_sync"):
-        logger.warning("slimrl: vllm_server_sync=%r has no effect with vllm_mode=%r", choice, args.vllm_mode)
+        notice(f"vllm_server_sync={choice!r} has no effect with vllm_mode={args.vllm_mode!r}")
 
 
 def uses_adapter_sync(args, model, accelerator) -> bool:
@@ -62,9 +60,8 @@ def uses_adapter_sync(args, model, accelerator) -> bool:
     if not is_peft(model) or accelerator is None or accelerator.device.type == "cuda":
         return False
     if accelerator.is_main_process:
-        logger.warning("slimrl: vllm_server_sync='adapter' (was 'auto'): TRL's NCCL weight transfer needs CUDA and the "
-                       "trainer runs on %s, so the LoRA adapter goes to the server through its LoRA endpoints",
-                       accelerator.device.type)
+        notice(f"vllm_server_sync='adapter' (was 'auto'): TRL's NCCL weight transfer needs CUDA and the trainer runs "
+               f"on {accelerator.device.type}, so the LoRA adapter goes to the server through its LoRA endpoints")
     return True
 
 

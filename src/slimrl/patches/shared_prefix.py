@@ -1,0 +1,199 @@
+"""Shared-prefix training forwards: each distinct prompt among a forward's rows computed once (GRPO, RLOO, DPO).
+
+The packing is slimrl.ops.shared_prefix; where and when it applies, shared_prefix_rules.py. Choices, and why:
+1. Where: TRL's log-prob seams (GRPO/RLOO `_get_per_token_logps_and_entropies`, through which the policy, old-policy
+   and reference forwards all pass; DPO `_compute_loss` and `compute_ref_log_probs`) run unchanged, inside a context
+   that wraps the fused log-prob forward of the trainer's models (policy and reference, on the instance, restored on
+   exit). TRL's own code still builds the rows, labels, row chunks (`batch_size`), adapter switching and slicing; a
+   `model(..., labels=..., fused_lm_head=True)` call it makes gets the packed forward's outputs in its own layout.
+   The Patch entries are declared here (`logprob_seam_patches`, `DPO_PATCHES`), listed by online.py and dpo.py.
+2. `slimrl_shared_prefix` False is TRL's forward untouched; True shares wherever it can apply; "auto" (default)
+   where the rule of shared_prefix_rules.py expects it to pay.
+3. Identical prompts are found among the rows of each forward call, by comparing ids and mask before the first
+   label: TRL shuffles the generation batch before splitting it into micro-batches, so a micro-batch holds a
+   varying number of completions per prompt; the shuffling (and so the numbers) stay TRL's.
+4. Falls back to TRL's forward, logging the reason once per trainer (info under "auto", warning when forced True):
+   the model problems of shared_prefix_rules.py, other extra inputs, prompts that are not left-padded, no prompt
+   repeated among the rows; under "auto" also a forward too small or a cost estimate above the threshold.
+5. Observable: `shared_prefix_stats(trainer)` (kept in the trainer's slimrl.state.TrainerState) counts forwarded
+   positions, those TRL's forward would process, and forwards taken each way, so tests show the path was taken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..state import trainer_state, transformers_model
+from .seams import Patch
+from .shared_prefix_rules import AUTO, CONFIG_FIELD, auto_refusal, model_problem, too_small
+
+logger = logging.getLogger("slimrl")
+
+PLAIN_KWARGS = frozenset({"input_ids", "attention_mask", "use_cache", "output_router_logits"})
+HEAD_OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+WRAPPED_MARK = "__slimrl_shared_prefix__"  # set on the installed forward, so a nested seam does not wrap it twice
+
+
+@dataclass
+class SharedPrefixStats:
+    """What the shared-prefix override did on one trainer."""
+
+    shared_calls: int = 0  # model forwards run packed
+    fallback_calls: int = 0  # model forwards left to TRL's per-row path
+    positions_forwarded: int = 0  # model positions actually forwarded (packed rows x length, or rows x columns)
+    positions_per_row_path: int = 0  # what TRL's per-row path forwards for the same calls
+    reasons: Counter = field(default_factory=Counter)  # fallback reason -> calls
+
+
+def shared_prefix_stats(trainer) -> SharedPrefixStats:
+    """The trainer's counters (empty until a sharing seam runs)."""
+    state = trainer_state(trainer)
+    if state.shared_prefix_stats is None:
+        state.shared_prefix_stats = SharedPrefixStats()
+    return state.shared_prefix_stats
+
+
+def _note(trainer, reason: str, setting) -> None:
+    stats = shared_prefix_stats(trainer)
+    if reason not in stats.reasons:
+        log = logger.warning if setting is True else logger.info
+        log("slimrl: shared-prefix forward not used (%s); TRL's per-row forward runs instead.", reason)
+    stats.reasons[reason] += 1
+
+
+def _count(trainer, shared: bool, positions: int, per_row_positions: int) -> None:
+    stats = shared_prefix_stats(trainer)
+    if shared:
+        stats.shared_calls += 1
+    else:
+        stats.fallback_calls += 1
+    stats.positions_forwarded += positions
+    stats.positions_per_row_path += per_row_positions
+
+
+def _problem(base, kwargs: dict, labels, setting) -> str | None:
+    """Why this call cannot be packed, before any packing (None: go on)."""
+    from ..ops.shared_prefix import layout_problem
+
+    input_ids, attention_mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+    if input_ids is None or attention_mask is None or attention_mask.dim() != 2:
+        return "the forward got no input_ids or no 2D attention_mask"
+    arguments = {**kwargs, "compute_aux_loss": kwargs.get("output_router_logits")}
+    reason = model_problem(base, arguments, input_ids.shape[1], setting)
+    extra = sorted(k for k, v in kwargs.items() if v is not None and k not in PLAIN_KWARGS)
+    if reason is None and extra:
+        reason = f"the forward got other inputs ({', '.join(extra)})"
+    if reason is None and setting == AUTO:
+        reason = too_small(base.config, *input_ids.shape)
+    return reason if reason is not None else layout_problem(attention_mask, labels)
+
+
+def _packed_output(trainer, base, inner, labels, num_items_in_batch, kwargs, setting):
+    """The fused head's output for the rows, through the packed forward; or a fallback reason string."""
+    from trl.trainer.utils import FusedCausalLMOutput
+
+    from ..ops import shared_prefix as op
+
+    reason = _problem(base, kwargs, labels, setting)
+    if reason is not None:
+        return reason
+    input_ids, attention_mask = kwargs["input_ids"], kwargs["attention_mask"]
+    groups = op.prompt_groups(input_ids, attention_mask, labels)
+    if max(len(g) for g in groups) == 1:
+        return "no prompt is repeated among the rows of a forward"
+    packed = op.pack(input_ids, attention_mask, labels, groups)
+    (rows, seq_len), (packed_rows, packed_len) = input_ids.shape, packed.input_ids.shape
+    refusal = auto_refusal(base.config, rows, seq_len, packed_rows, packed_len) if setting == AUTO else None
+    if refusal is not None:
+        return refusal
+    mask = op.attention_mask_4d(packed, base.config._attn_implementation, base.get_input_embeddings().weight.dtype)
+    out = inner(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids,
+                shift_labels=packed.shift_labels, fused_lm_head=True)
+    _count(trainer, True, packed_rows * packed_len, rows * seq_len)
+    grid = {name: None if getattr(out, name) is None else op.unpack(getattr(out, name), packed)
+            for name in HEAD_OUTPUTS}
+    label_mask = labels[:, 1:] != op.IGNORE
+    denominator = label_mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+    return FusedCausalLMOutput(loss=-grid["log_probs"].sum() / denominator, label_mask=label_mask, aux_loss=None,
+                               **grid)
+
+
+def _sharing_forward(trainer, base, inner, setting):
+    """The instance forward installed on `base` while a seam runs: packed when it can, `inner` (the head) if not."""
+
+    @functools.wraps(inner)
+    def forward(*args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs):
+        def plain():
+            return inner(*args, fused_lm_head=fused_lm_head, labels=labels, shift_labels=shift_labels,
+                         num_items_in_batch=num_items_in_batch, **kwargs)
+
+        if not fused_lm_head or labels is None or shift_labels is not None or args:
+            return plain()
+        result = _packed_output(trainer, base, inner, labels, num_items_in_batch, kwargs, setting)
+        if isinstance(result, str):
+            _note(trainer, result, setting)
+            positions = kwargs["input_ids"].numel() if kwargs.get("input_ids") is not None else 0
+            _count(trainer, False, positions, positions)
+            return plain()
+        return result
+
+    setattr(forward, WRAPPED_MARK, True)
+    return forward
+
+
+@contextlib.contextmanager
+def sharing_forwards(trainer):
+    """Wrap the fused forward of the trainer's policy and reference models (instance attribute) for the duration."""
+    setting = getattr(trainer.args, CONFIG_FIELD, AUTO)
+    installed = []
+    for model in (getattr(trainer, "model", None), getattr(trainer, "ref_model", None)):
+        if model is None:
+            continue
+        base = transformers_model(trainer.accelerator.unwrap_model(model))
+        inner = base.__dict__.get("forward")  # the fused head TRL installed on the instance
+        if inner is None or getattr(inner, WRAPPED_MARK, False):
+            continue
+        base.forward = _sharing_forward(trainer, base, inner, setting)
+        installed.append((base, inner))
+    try:
+        yield
+    finally:
+        for base, inner in installed:
+            base.forward = inner
+
+
+def make_sharing_seam(original):
+    """Wrap a TRL method that runs log-prob forwards (any signature) in `sharing_forwards`."""
+
+    @functools.wraps(original)
+    def seam(self, *args, **kwargs):
+        if getattr(self.args, CONFIG_FIELD, AUTO) is False:
+            return original(self, *args, **kwargs)
+        with sharing_forwards(self):
+            return original(self, *args, **kwargs)
+
+    return seam
+
+
+HEAD_OUTPUT_TYPE = (("trl.trainer.utils", "FusedCausalLMOutput", None),)  # built from the packed forward's outputs
+LOGPROB_PARAMS = ("self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+                  "compute_aux_loss")
+
+
+def logprob_seam_patches(trainer_path: str) -> list[Patch]:
+    """GRPOTrainer / RLOOTrainer: the log-prob method the policy, old-policy and reference forwards share."""
+    return [Patch(trainer_path, "_get_per_token_logps_and_entropies", LOGPROB_PARAMS, make_sharing_seam,
+                  "each distinct prompt forwarded once (shared-prefix packing)", requires=HEAD_OUTPUT_TYPE)]
+
+
+DPO_TRAINER = "trl.trainer.dpo_trainer.DPOTrainer"
+DPO_PATCHES = [
+    Patch(DPO_TRAINER, "_compute_loss", ("self", "model", "inputs", "return_outputs"), make_sharing_seam,
+          "the prompt forwarded once for chosen and rejected (shared-prefix packing)", requires=HEAD_OUTPUT_TYPE),
+    Patch(DPO_TRAINER, "compute_ref_log_probs", ("self", "model", "inputs"), make_sharing_seam,
+          "the prompt forwarded once for chosen and rejected (reference pass)", requires=HEAD_OUTPUT_TYPE),
+]

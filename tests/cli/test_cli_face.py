@@ -1,0 +1,94 @@
+"""The command's face (slimrl.cli.face): a user error is one line naming the fix and exit code 2, the traceback only
+under a bare --debug; known library noise stays off the screen; a short run's eval is scaled down and says so;
+`slimrl doctor` names the training dtype and the machine's load."""
+
+import logging
+import types
+import warnings
+
+import pytest
+
+from slimrl.cli import face, main
+from slimrl.cli.args import resolve_eval_samples
+
+
+def test_user_error_is_one_line_and_exit_2(tmp_path, capsys):
+    bad = tmp_path / "run.yaml"
+    bad.write_text("lerning_rate: 2e-4\nmax_steps: 1\n")
+    assert main(["grpo", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == ("slimrl grpo: error: unknown key(s) in the --config file: lerning_rate (did you mean "
+                      "learning_rate, logging_strategy?). Every key must be a flag of this command (see --help).")
+    assert err[1] == "(run with --debug for the traceback)" and len(err) == 2
+
+
+def test_missing_model_path_is_a_user_error(tmp_path, capsys):
+    code = main(["dpo", "--model_name_or_path", str(tmp_path / "nowhere"), "--max_steps", "1",
+                 "--num_eval_samples", "0", "--output_dir", str(tmp_path / "out")])
+    assert code == 2 and "No model folder or file at" in capsys.readouterr().err
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    bad = tmp_path / "run.yaml"
+    bad.write_text("lerning_rate: 2e-4\n")
+    with pytest.raises(ValueError, match="unknown key"):
+        main(["grpo", "--debug", "--config", str(bad)])
+
+
+def test_bare_debug_is_slimrls_but_a_debug_mode_is_trainings(monkeypatch):
+    monkeypatch.delenv("SLIMRL_DEBUG", raising=False)
+    argv = ["grpo", "--debug", "--max_steps", "1"]
+    assert face.take_debug_flag(argv) and argv == ["grpo", "--max_steps", "1"]
+    argv = ["grpo", "--debug", "underflow_overflow"]
+    assert not face.take_debug_flag(argv) and argv == ["grpo", "--debug", "underflow_overflow"]
+
+
+def test_known_noise_is_silenced_and_restored(caplog):
+    noisy = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with face.quiet_known_noise():
+            noisy.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s.", "no kernels")
+            warnings.warn("`gradient_checkpointing` is deprecated, use `activation_checkpointing`", FutureWarning,
+                          stacklevel=1)
+            warnings.warn("'pin_memory' argument is set as true but no accelerator is found", UserWarning, stacklevel=1)
+            noisy.warning("another bitsandbytes message")  # negative control: other lines still show
+            warnings.warn("something else", UserWarning, stacklevel=1)
+    assert "gemm_4bit_forward" not in caplog.text and "another bitsandbytes message" in caplog.text
+    assert [str(w.message) for w in seen] == ["something else"]
+    assert not noisy.filters, "the filter is removed after the command"
+
+
+@pytest.mark.parametrize("given, max_steps, expected", [(None, 3, 16), (None, 10, 40), (None, 30, 128),
+                                                        (None, -1, 128), (128, 3, 128), (0, 3, 0)])
+def test_short_runs_evaluate_fewer_prompts_unless_told(given, max_steps, expected, capsys):
+    task = types.SimpleNamespace(num_eval_samples=given)
+    resolve_eval_samples(task, max_steps)
+    assert task.num_eval_samples == expected
+    said = capsys.readouterr().out
+    assert ("--num_eval_samples 128 for the full eval, 0 to skip it" in said) == (given is None and 0 < max_steps < 30)
+
+
+def test_doctor_names_dtype_and_load(capsys):
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "dtype" in out and ("weights (" in out or "autocast" in out)
+    assert "load average" in out or "cuda" in out
+
+
+def test_slimrl_fields_are_flags_validated_by_their_owners():
+    from slimrl.cli.args import parse_grpo_args, parse_preference_args
+    from slimrl.cli.grpo import apply_patches
+
+    apply_patches()
+    _, _, args = parse_grpo_args(["--slimrl_num_chunks", "3", "--slimrl_reward_errors", "skip", "--bf16", "False"])
+    assert (args.slimrl_num_chunks, args.slimrl_reward_errors) == (3, "skip")
+    with pytest.raises(ValueError, match=r"slimrl_num_chunks must be -1 \(automatic\) or an integer >= 1, got 0"):
+        parse_grpo_args(["--slimrl_num_chunks", "0", "--bf16", "False"])
+    with pytest.raises(SystemExit):  # argparse's own choices check
+        parse_grpo_args(["--slimrl_reward_errors", "ignore", "--bf16", "False"])
+    from slimrl.cli.preference import apply_patches as apply_preference_patches
+
+    apply_preference_patches("dpo")
+    _, _, args = parse_preference_args("dpo", ["--slimrl_num_chunks", "2", "--bf16", "False"])
+    assert args.slimrl_num_chunks == 2 and not hasattr(args, "slimrl_reward_errors")
