@@ -28,6 +28,30 @@ def test_missing_model_path_is_a_user_error(tmp_path, capsys):
     assert code == 2 and "No model folder or file at" in capsys.readouterr().err
 
 
+def test_unsupported_versions_stop_the_command_in_one_line(monkeypatch, capsys):
+    from slimrl import versions
+
+    monkeypatch.setattr(versions, "problems", lambda table: ["trl 0.9.0 is installed; slimrl supports trl>=1.16,<2"])
+    assert main(["grpo", "--max_steps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("slimrl grpo: error: slimrl cannot run on these library versions: trl 0.9.0")
+
+
+@pytest.mark.parametrize("error", [ValueError, OSError, ImportError, NotImplementedError])
+def test_every_user_error_kind_is_one_line(error, monkeypatch, capsys):
+    import slimrl.cli as cli
+
+    def fail(command, rest):
+        raise error("load_in_8bit=True is not supported by slimrl; use load_in_4bit=True or neither.")
+
+    monkeypatch.setattr(cli, "_dispatch", fail)
+    assert main(["generate", "--adapter", "x", "hi"]) == 2
+    assert "error: load_in_8bit=True is not supported" in capsys.readouterr().err
+    monkeypatch.setattr(cli, "_dispatch", lambda command, rest: 1 / 0)  # a bug, not a user error: the traceback
+    with pytest.raises(ZeroDivisionError):
+        main(["generate", "--adapter", "x", "hi"])
+
+
 def test_debug_shows_the_traceback(tmp_path):
     bad = tmp_path / "run.yaml"
     bad.write_text("lerning_rate: 2e-4\n")

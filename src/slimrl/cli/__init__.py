@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with quiet_known_noise():
         try:
+            if command != "doctor":  # doctor reports versions; every other command needs supported ones
+                from slimrl.versions import check as check_versions
+
+                check_versions()
             return _dispatch(command, rest)
         except user_errors() as exc:
             if debug:

@@ -30,7 +30,7 @@ NOISY_WARNINGS = (
 def user_errors() -> tuple[type[BaseException], ...]:
     from slimrl.patches.seams import PatchError
 
-    return ValueError, OSError, ImportError, PatchError
+    return ValueError, OSError, ImportError, NotImplementedError, PatchError
 
 
 def take_debug_flag(argv: list[str]) -> bool:

@@ -26,8 +26,8 @@ ONLINE_REMOVED = (
 )
 OFFLINE_RENAMED = (("max_seq_length", "max_length"),)
 OFFLINE_REMOVED = (
-    ("max_prompt_length", "Prompt and completion are truncated together by max_length (truncation_mode "
-                          "'keep_start'). Remove the argument and set max_length."),
+    ("max_prompt_length", "Prompt and completion are truncated together by max_length (DPO and SFT: truncation_mode "
+                          "chooses which end is kept). Remove the argument and set max_length."),
     ("max_target_length", "Prompt and completion are truncated together by max_length. Remove the argument and set "
                           "max_length."),
 )

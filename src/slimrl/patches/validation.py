@@ -79,8 +79,15 @@ def check_batch_geometry(args, world_size: int | None = None) -> None:
     raise ValueError(
         f"{how} is not divisible by num_generations ({g}): every prompt's {g} completions must land in the same "
         f"generation batch. Values that work: per_device_train_batch_size in {good_bs} (keeping the rest), or "
-        f"num_generations in {good_g}, or a gradient_accumulation_steps that makes the product a multiple of {g}."
+        f"num_generations in {good_g}, or {_the_other_factor(args)} that makes the product a multiple of {g}."
     )
+
+
+def _the_other_factor(args) -> str:
+    """What else the user can change in the product the error names (accumulation only counts without the others)."""
+    if args.generation_batch_size is not None:
+        return "a generation_batch_size"
+    return "a steps_per_generation" if args.steps_per_generation else "a gradient_accumulation_steps"
 
 
 def fit_generation_batch(args, world: int, total: int) -> None:
