@@ -1,4 +1,5 @@
-"""Shared helpers for slimrl's benchmarks: thread pinning, per-phase peak RSS, running a config in its own process.
+"""Shared helpers for slimrl's benchmarks: thread pinning, per-phase peak RSS, running a config in its own process,
+a memory-limit watchdog for a child, and the result tables (plain or markdown).
 
 Peak memory per phase uses the kernel's high-water mark: writing "5" to /proc/self/clear_refs resets VmHWM to the
 current RSS, so VmHWM read at the end of a phase is that phase's peak. Where that file is not writable (non-Linux),
@@ -15,6 +16,7 @@ import threading
 import time
 
 GiB = 1024**3
+STOPPED_EXIT = 86  # a child's exit code when start_watchdog stopped it
 
 
 def pin_threads(threads: int) -> None:
@@ -144,3 +146,30 @@ def step_timer():
             self.times.append(time.perf_counter() - self.t0)
 
     return StepTimer()
+
+
+def start_watchdog(limit_bytes: int, record: dict, state: dict) -> None:
+    """Stop this process (exit STOPPED_EXIT) once its RSS passes `limit_bytes`, after printing a JSON record."""
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def watch():
+        while True:
+            with open("/proc/self/statm") as f:
+                rss = int(f.read().split()[1]) * page
+            if rss > limit_bytes:
+                out = dict(record, stopped=True, rss_at_stop=rss, limit=limit_bytes, step_base=state.get("base"),
+                           compute_loss_calls=len(state.get("losses", [])))
+                os.write(1, (json.dumps(out) + "\n").encode())
+                os._exit(STOPPED_EXIT)
+            time.sleep(0.01)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def render(head: list[str], lines: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return "\n".join(out + ["| " + " | ".join(line) + " |" for line in lines])
+    widths = [max([len(h)] + [len(line[i]) for line in lines]) for i, h in enumerate(head)]
+    out = ["  ".join(h.rjust(w) for h, w in zip(head, widths))]
+    return "\n".join(out + ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in lines])

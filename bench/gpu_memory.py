@@ -9,7 +9,7 @@ the search, runs in its own process (this script re-invoked with --child). Arms,
     python bench/gpu_memory.py --report a.json b.json                      # one markdown table from several runs
 
 Device budget: one command may run 10 minutes, a session has 30 minutes of device time, so the full run is split
-into calls (exact device-tool commands: docs/README-gpu.md). Each call writes its rows to its --json file as they
+into calls (exact device-tool commands: README.md, "GPU"). Each call writes its rows to its --json file as they
 come (a killed command keeps what it finished), no child starts that would not end before --deadline (570 s), and
 `--report` joins the files into one table. Estimates for an H100 (not measured: FLOP counts at ~400 TFLOP/s and
 ~20 s of imports and model build per process):

@@ -45,35 +45,14 @@ import argparse
 import json
 import os
 import sys
-import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, OverallPeak, PhasePeak, pin_threads, run_self, step_timer  # noqa: E402
+from _common import GiB, OverallPeak, PhasePeak, pin_threads, render, run_self, start_watchdog, step_timer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINERS = ("dpo", "kto", "orpo", "cpo")
-STOPPED_EXIT = 86  # the child's exit code when the watchdog stopped it
 QUICK = {"vocab": 1024, "length": [64], "pairs": 2}
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def start_watchdog(limit_bytes: int, record: dict, state: dict) -> None:
-    """Stop this process (exit STOPPED_EXIT) once its RSS passes `limit_bytes`, after printing a JSON record."""
-    page = os.sysconf("SC_PAGE_SIZE")
-
-    def watch():
-        while True:
-            with open("/proc/self/statm") as f:
-                rss = int(f.read().split()[1]) * page
-            if rss > limit_bytes:
-                out = dict(record, stopped=True, rss_at_stop=rss, limit=limit_bytes, step_base=state.get("base"),
-                           compute_loss_calls=len(state.get("losses", [])))
-                os.write(1, (json.dumps(out) + "\n").encode())
-                os._exit(STOPPED_EXIT)
-            time.sleep(0.01)
-
-    threading.Thread(target=watch, daemon=True).start()
 
 
 def trl_classes(trainer: str):
@@ -245,15 +224,6 @@ def table_lines(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
                       _gib(s, "working", 3), _gib(m, "working", 3), _ratio(s, m, "working"), *secs, time_ratio,
                       *losses, _loss_diff(s, m)])
     return head, lines
-
-
-def render(head: list[str], lines: list[list[str]], markdown: bool) -> str:
-    if markdown:
-        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        return "\n".join(out + ["| " + " | ".join(line) + " |" for line in lines])
-    widths = [max([len(h)] + [len(line[i]) for line in lines]) for i, h in enumerate(head)]
-    out = ["  ".join(h.rjust(w) for h, w in zip(head, widths))]
-    return "\n".join(out + ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in lines])
 
 
 def main(argv=None) -> int:

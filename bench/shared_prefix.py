@@ -13,14 +13,16 @@ Cases:
   (beta 0) but gradient checkpointing off (`--gradient_checkpointing` turns it on in every arm).
 * `dpo`: DPO on the same random model, 4 pairs per step of one 512-token prompt with 128-token chosen and rejected
   completions (LoRA r=16, adapter-disabled reference, beta 0.1): the prompt once for chosen and rejected.
+* `orpo`, `cpo`: TRL's experimental ORPO and CPO (sigmoid) trainers on the same model and pairs (LoRA r=16, no
+  reference model); slimrl's lean concatenated forward in both slimrl arms, the prompt once per pair in `slimrl-on`.
 * `vllm`: the recipe with `--fast_inference` (slimrl arms only: the engine is slimrl's); skipped with a message where
   vLLM is not installed.
 
 Choices: every (case, arm) runs in its own process, one after another, threads pinned (`--threads`); s/step is the
 mean over steps after the first; peak is the process's peak RSS (VmHWM polled every 5 ms) or torch's CUDA peak;
 `fwd s` / `bwd s` per step are the time inside `_get_per_token_logps_and_entropies` (policy, old and reference
-forwards; DPO: `_compute_loss`, policy and reference forwards) and inside the backward; `positions` is forwarded /
-per-row positions (slimrl's counter, `shared_prefix_stats`; 1.00 = no sharing).
+forwards; DPO: `_compute_loss`, policy and reference forwards; ORPO/CPO: `concatenated_forward`) and inside the
+backward; `positions` is forwarded / per-row positions (slimrl's counter, `shared_prefix_stats`; 1.00 = no sharing).
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def _recipe_stock(steps: int, smoke: bool, out: str):
                                                                                                         args.seed))
 
 
-def _tiny(arm: str, smoke: bool):
+def _tiny(arm: str, smoke: bool, algorithm: str = "grpo"):
     """The random 4 x 256 model, its tokenizer, and prompt / completion texts of exact token counts."""
     import random
 
@@ -91,8 +93,7 @@ def _tiny(arm: str, smoke: bool):
     if arm != "stock":
         from slimrl.patches.registry import PatchFastRL
 
-        PatchFastRL("grpo")
-        PatchFastRL("dpo")
+        PatchFastRL(algorithm)
     prompt_len, completion = (64, 16) if smoke else (512, 128)
     vocab = 32768
     tokenizer = tiny_tokenizer(vocab)
@@ -134,21 +135,33 @@ def _synthetic(arm: str, steps: int, smoke: bool, checkpointing: bool, out: str)
     return dict(model=model, args=args, processing_class=tokenizer, peft_config=lora, task=task)
 
 
-def _dpo(arm: str, steps: int, smoke: bool, checkpointing: bool, out: str):
+# case -> (module, config class, trainer class, the timed seam, config fields of the case)
+PREFERENCE = {
+    "dpo": ("trl", "DPOConfig", "DPOTrainer", "_compute_loss", {}),
+    "orpo": ("trl.experimental.orpo", "ORPOConfig", "ORPOTrainer", "concatenated_forward", {}),
+    "cpo": ("trl.experimental.cpo", "CPOConfig", "CPOTrainer", "concatenated_forward", {"loss_type": "sigmoid"}),
+}
+
+
+def _preference(case: str, arm: str, steps: int, smoke: bool, checkpointing: bool, out: str):
+    """The trainer class and its arguments for a paired-preference case (DPO, ORPO, CPO)."""
     from datasets import Dataset
     from peft import LoraConfig
-    from trl import DPOConfig
 
-    model, tokenizer, text, prompt_len, completion = _tiny(arm, smoke)
+    module, config_name, trainer_name, _, fields = PREFERENCE[case]
+    model, tokenizer, text, prompt_len, completion = _tiny(arm, smoke, case)
+    module = importlib.import_module(module)
     extra = {} if arm == "stock" else {"slimrl_shared_prefix": SHARING[arm]}
-    args = DPOConfig(output_dir=out, per_device_train_batch_size=4, max_length=prompt_len + completion + 8,
-                     gradient_checkpointing=checkpointing, **{**COMMON, "max_steps": steps}, **extra)
+    args = getattr(module, config_name)(output_dir=out, per_device_train_batch_size=4, max_length=prompt_len +
+                                        completion + 8, gradient_checkpointing=checkpointing,
+                                        **{**COMMON, "max_steps": steps}, **fields, **extra)
     lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
     n = 4 * (steps + 1)
     data = Dataset.from_dict({"prompt": [text(prompt_len) for _ in range(n)],
                               "chosen": [" " + text(completion) for _ in range(n)],
                               "rejected": [" " + text(completion) for _ in range(n)]})
-    return dict(model=model, args=args, processing_class=tokenizer, peft_config=lora, train_dataset=data)
+    return getattr(module, trainer_name), dict(model=model, args=args, processing_class=tokenizer, peft_config=lora,
+                                               train_dataset=data)
 
 
 def _timed(trainer, name: str, totals: dict, owner=None):
@@ -172,10 +185,9 @@ def child(case: str, arm: str, steps: int, smoke: bool, checkpointing: bool) -> 
     from slimrl.patches.shared_prefix import shared_prefix_stats
 
     out = tempfile.mkdtemp(prefix="slimrl-bench-sp-")
-    if case == "dpo":
-        from trl import DPOTrainer
-
-        trainer, seam = DPOTrainer(**_dpo(arm, steps, smoke, checkpointing, out)), "_compute_loss"
+    if case in PREFERENCE:
+        trainer_cls, parts = _preference(case, arm, steps, smoke, checkpointing, out)
+        trainer, seam = trainer_cls(**parts), PREFERENCE[case][3]
     else:
         from trl import GRPOTrainer
 
@@ -233,13 +245,13 @@ def _table(rows: list[dict], markdown: bool) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cases", nargs="+", default=["recipe", "synthetic", "dpo", "vllm"],
-                   choices=["recipe", "synthetic", "dpo", "vllm"])
+    cases = ["recipe", "synthetic", *PREFERENCE, "vllm"]
+    p.add_argument("--cases", nargs="+", default=cases, choices=cases)
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     p.add_argument("--steps", type=int, default=6, help="optimizer steps per run (the first is not timed)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="OMP/MKL threads per process (1 if shared)")
     p.add_argument("--smoke", action="store_true", help="2 steps, 64/16-token synthetic rows, 8-token answers")
-    p.add_argument("--gradient_checkpointing", action="store_true", help="synthetic and dpo: checkpointing on")
+    p.add_argument("--gradient_checkpointing", action="store_true", help="all but recipe: checkpointing on")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--json", help="also write the rows to this file")
     p.add_argument("--child", nargs=2, metavar=("CASE", "ARM"), help=argparse.SUPPRESS)

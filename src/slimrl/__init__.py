@@ -11,7 +11,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["FastLanguageModel", "PatchFastRL", "unpatch", "is_patched", "PatchError", "__version__"]
+__all__ = ["FastLanguageModel", "PatchFastRL", "unpatch", "is_patched", "PatchError", "PPOConfig", "PPOTrainer",
+           "SafeInterrupt", "plan",
+           "__version__"]
 
 
 _checked = False
@@ -28,14 +30,26 @@ def _check_versions_once() -> None:
 
 def __getattr__(name):
     # Lazy: `import slimrl` stays cheap and never imports trl before the user's script does
-    if name in ("FastLanguageModel", "PatchFastRL"):
+    if name in ("FastLanguageModel", "PatchFastRL", "PPOConfig", "PPOTrainer"):
         _check_versions_once()
     if name == "FastLanguageModel":
         from .models.fast_language_model import FastLanguageModel
 
         return FastLanguageModel
+    if name in ("PPOConfig", "PPOTrainer"):  # slimrl's own PPO (TRL 1.16 has none); imports TRL only when used
+        from . import ppo
+
+        return getattr(ppo, name)
     if name in ("PatchFastRL", "unpatch", "is_patched", "PatchError"):
         from .patches import registry
 
         return getattr(registry, name)
+    if name == "SafeInterrupt":
+        from .training.interrupt import SafeInterrupt
+
+        return SafeInterrupt
+    if name == "plan":
+        from .planning import plan
+
+        return plan
     raise AttributeError(f"module 'slimrl' has no attribute {name!r}")

@@ -4,7 +4,8 @@ Every piece of private state lives in one of the three dataclasses below, stored
   ModelState    on the transformers model (a PeftModel reaches it through `get_base_model()`), written by
                 FastLanguageModel (loading, LoRA, checkpointing) and the patched trainers (the chunk knob);
   ConfigState   on a TRL config, written by the patched config `__init__` / `__post_init__` and the trainer set-up;
-  TrainerState  on a TRL trainer, written by the patched trainer methods (the shared-prefix counters).
+  TrainerState  on a TRL trainer, written by the patched trainer methods (the shared-prefix counters, the record of
+                the current optimizer step's start that an out-of-memory stop rolls back to).
 The public attributes Unsloth's API defines stay where its users look for them: `model.max_seq_length`,
 `model.vllm_engine`, `model.fast_generate`, and the config fields `slimrl_num_chunks` / `vllm_sampling_params`.
 
@@ -58,6 +59,7 @@ class TrainerState:
     """slimrl's facts about one TRL trainer."""
 
     shared_prefix_stats: Any = None  # slimrl.patches.shared_prefix.SharedPrefixStats, once a sharing seam ran
+    step_start: Any = None  # slimrl.training.oom.StepStart of the optimizer step in progress
 
 
 def transformers_model(model):

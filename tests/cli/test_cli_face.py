@@ -101,8 +101,9 @@ def test_doctor_names_dtype_and_load(capsys):
 
 
 def test_slimrl_fields_are_flags_validated_by_their_owners():
-    from slimrl.cli.args import parse_grpo_args, parse_preference_args
+    from slimrl.cli.args import parse_grpo_args
     from slimrl.cli.grpo import apply_patches
+    from slimrl.cli.preference_args import parse_preference_args
 
     apply_patches()
     _, _, args = parse_grpo_args(["--slimrl_num_chunks", "3", "--slimrl_reward_errors", "skip", "--bf16", "False"])

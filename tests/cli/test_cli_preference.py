@@ -6,7 +6,7 @@ import json
 import pytest
 
 from slimrl.cli import main
-from slimrl.cli.args import PREFERENCE_CLI_DEFAULTS, build_preference_parser, parse_preference_args
+from slimrl.cli.preference_args import PREFERENCE_CLI_DEFAULTS, build_preference_parser, parse_preference_args
 
 
 @pytest.fixture

@@ -287,3 +287,50 @@ def test_negative_controls():
     assert "opt" not in VERIFIED_MODEL_TYPES
     with pytest.raises(AssertionError, match="log-probs"):
         assert_same(tiny_decoder("opt").eval())
+
+
+def paired_rows(seed: int = 5):
+    """ORPO/CPO's concatenated layout, plus left-padded prompts: pairs [chosen; rejected] sharing a prompt of its own
+    length (two prompts left-padded by different amounts), completions right-padded to the common length."""
+    g = torch.Generator().manual_seed(seed)
+    T, prompt_lens, lead = 14, [4, 6, 3], [0, 2, 1]
+    ids = torch.randint(3, V, (6, T), generator=g)
+    mask = torch.ones(6, T, dtype=torch.long)
+    labels = ids.clone()
+    for pair, p in enumerate(prompt_lens):
+        for row in (pair, pair + 3):  # chosen rows 0..2, rejected rows 3..5
+            ids[row, :p] = ids[pair, :p]
+            mask[row, :lead[pair]] = 0
+            labels[row, :p] = -100
+    for row, end in ((0, 11), (4, 9), (5, 12)):
+        mask[row, end:], labels[row, end:] = 0, -100
+    return ids.masked_fill(mask == 0, 0), mask, labels
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen3"])
+def test_whole_rows_give_every_columns_hidden_state_exactly(model_type):
+    """ORPO/CPO: every column's hidden state, padding included (the mean-logits metric reads them), in float64 to
+    1e-12; the last hidden state's gradient reaches the shared prompt from both rows of a pair."""
+    model = float64_model(model_type)
+    ids, mask, labels = paired_rows()
+    assert sp.whole_rows_problem(mask, "sdpa") is None
+    packed = sp.pack(ids, mask, labels, whole_rows=True)
+    assert packed.rows_per_group == [2, 2, 2] and bool((packed.hidden_index >= 0).all())
+    assert packed.input_ids.numel() < ids.numel()
+    with torch.no_grad():
+        want = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        out = model.model(**sp.model_inputs(packed, model)).last_hidden_state
+    got = sp.unpack_rows(out, packed)
+    assert float((got - want).abs().max()) < 1e-12 * float(want.abs().max())
+    assert (packed.shift_labels[packed.position_ids == ids.shape[1] - 1] == -100).all(), "a last column predicts none"
+    hidden = torch.zeros(*packed.input_ids.shape, 3, requires_grad=True)
+    sp.unpack_rows(hidden, packed).sum().backward()
+    shared_prompt = (packed.segment == sp.PROMPT_SEGMENT)[..., None].expand_as(hidden)
+    assert set(hidden.grad[shared_prompt].tolist()) == {2.0}, "each shared prompt position read by both rows"
+
+
+def test_whole_rows_refuse_eager_attention_over_leading_padding():
+    """Eager attention gives a query that sees no key a uniform average over its row: packing would change it."""
+    _, mask, _ = paired_rows()
+    assert "eager" in sp.whole_rows_problem(mask, "eager")
+    assert sp.whole_rows_problem(torch.ones_like(mask), "eager") is None

@@ -46,7 +46,7 @@ def test_encoder_decoder_calls_stock_with_warning(unpatched):
     from slimrl.patches.concatenated_forward import concatenated_forward_maker
     from slimrl.patches.cpo import CPO
 
-    trainer = types.SimpleNamespace(is_encoder_decoder=True)
+    trainer = types.SimpleNamespace(is_encoder_decoder=True, args=types.SimpleNamespace(slimrl_shared_prefix=False))
     with pytest.warns(UserWarning, match="CPOTrainer.*encoder-decoder"):
         result = concatenated_forward_maker(CPO)(lambda self, model, batch: ("stock", self))(trainer, None, None)
     assert result == ("stock", trainer)

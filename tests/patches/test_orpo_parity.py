@@ -117,6 +117,7 @@ def test_lora_on_lm_head_falls_back_to_stock_with_warning(tmp_path, unpatched):
 def test_encoder_decoder_calls_stock_with_warning(unpatched):
     from slimrl.patches.concatenated_forward import concatenated_forward_maker
     from slimrl.patches.orpo import ORPO
+    from slimrl.patches.shared_prefix import shared_prefix_stats
 
     calls = []
 
@@ -124,10 +125,13 @@ def test_encoder_decoder_calls_stock_with_warning(unpatched):
         calls.append((self, model, batch))
         return "stock-result"
 
-    trainer = types.SimpleNamespace(is_encoder_decoder=True)
+    trainer = types.SimpleNamespace(is_encoder_decoder=True, args=types.SimpleNamespace(slimrl_shared_prefix="auto"))
     with pytest.warns(UserWarning, match="encoder-decoder"):
         assert concatenated_forward_maker(ORPO)(original)(trainer, "model", "batch") == "stock-result"
     assert calls == [(trainer, "model", "batch")]
+    stats = shared_prefix_stats(trainer)  # no shared prefix either, and the reason is recorded
+    assert stats.fallback_calls == 1 and list(stats.reasons) == ["stock's full-logits forward runs: the model is an "
+                                                                  "encoder-decoder"]
 
 
 def test_unreproduced_logit_postprocessing_raises(tmp_path, unpatched):

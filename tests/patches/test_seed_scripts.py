@@ -6,7 +6,7 @@
 3. GRPO with `per_device_train_batch_size=1, gradient_accumulation_steps=4, num_generations=8` and no
    `processing_class` trains (the generation batch fitted, the tokenizer from_pretrained returned used).
 4. Mode switching (for_inference / generate / for_training / backward) and `PatchFastRL()` / `PatchFastRL(None, ...)`.
-(PPO's seed example is tested with the PPO trainer, tests/ppo.)
+(PPO's seed example is tested with the PPO trainer, tests/ppo/test_trainer.py.)
 """
 
 import pytest

@@ -102,7 +102,7 @@ RLOO_CASES = {
     "lora-default-beta": ("memory", True, dict(per_device_train_batch_size=4, num_generations=2)),
     # full fine-tuning, reloaded reference, num_iterations 2, micro-batches of 3 from a shuffled 2 x 3 generation
     # batch: the old-policy forward packs other rows than the policy forward, so the first micro-step's ratio is not
-    # exactly 1 as in stock (docs/README-shared-prefix.md, "Same numbers")
+    # exactly 1 as in stock (README.md, shared prefix, "Same numbers")
     "full-ref-ga2-iter2": ("saved", False, dict(num_iterations=2, gradient_accumulation_steps=2,
                                                 per_device_train_batch_size=3, num_generations=3)),
 }

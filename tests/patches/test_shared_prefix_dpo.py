@@ -4,7 +4,8 @@ Parity (the sides of tests/patches/_parity.py) with `slimrl_shared_prefix=True` 
 (adapter-disabled reference) and full fine-tuning (reference reloaded from disk), precompute_ref_log_probs (the
 reference pass inside `__init__`), WPO weighting (the log_sum_sq_probs output), LD-DPO (per-token log-probs split at
 the shared length), sigmoid + sft, accumulation, checkpointing; the path is taken (positions counted) and a leaky
-mask fails parity. DPOConfig declares `slimrl_shared_prefix`; the other offline configs refuse it.
+mask fails parity. DPOConfig declares `slimrl_shared_prefix` (ORPO and CPO too: test_shared_prefix_orpo_cpo.py);
+the other offline configs refuse it.
 """
 
 import pytest
@@ -69,8 +70,7 @@ def test_dpo_config_field(tmp_path, unpatched):
 
 
 @pytest.mark.parametrize("algorithm, config_path", [
-    ("kto", "trl.KTOConfig"), ("sft", "trl.SFTConfig"), ("reward", "trl.RewardConfig"),
-    ("orpo", "trl.experimental.orpo.ORPOConfig"), ("cpo", "trl.experimental.cpo.CPOConfig")])
+    ("kto", "trl.KTOConfig"), ("sft", "trl.SFTConfig"), ("reward", "trl.RewardConfig")])
 def test_other_offline_configs_refuse_the_field(tmp_path, unpatched, algorithm, config_path):
     """Only the families that use it declare the field: elsewhere it is an unknown keyword, as TRL refuses any."""
     with P.patched_state(algorithm):

@@ -1,5 +1,5 @@
-"""The `slimrl` command: `grpo` (train), `generate` / `chat` (try an adapter), `export` (merged / GGUF / Hub),
-`doctor` (environment report).
+"""The `slimrl` command: `grpo`, `ppo`, `dpo`, `orpo`, `kto` (train), `generate` / `chat` (try an adapter), `export`
+(merged / GGUF / Hub), `doctor` (environment report).
 
 Choices made: the entry point is `slimrl.cli:main(argv=None) -> int`, callable in-process (tests run `main([...])`).
 Subcommands are dispatched on the first word so `slimrl grpo` can use TRL's own TrlParser (GRPOConfig flags and
@@ -22,10 +22,13 @@ COMMANDS = {
            "arithmetic pairs: correct answer chosen, a wrong one rejected).",
     "orpo": "Train with ORPO (reference-free; TRL's experimental ORPOTrainer on slimrl's chunked loss).",
     "kto": "Train with KTO on rows labelled desirable / undesirable (built-in: the arithmetic set, unpaired).",
+    "ppo": "Train with PPO (a learned critic; every PPOConfig field is a flag; bare `slimrl ppo` trains the embedded "
+           "SmolLM2-135M on the arithmetic task, its correctness reward as the score).",
     "generate": "Answer prompt(s) with a trained adapter and with the base model (adapter disabled).",
     "chat": "Interactive `generate`: one prompt per line, empty line or EOF to quit.",
     "export": "Merge an adapter into its base (--format merged) or write a GGUF (--format gguf); --push_to_hub REPO.",
     "doctor": "Print versions, device, dtype choice and which optional parts are usable.",
+    "plan": "Predict a training step's peak memory before loading anything (slimrl plan grpo [grpo's flags]).",
 }
 
 
@@ -92,10 +95,21 @@ def _dispatch(command: str, rest: list[str]) -> int:
         task_args, model_args, training_args = parse_grpo_args(rest)
         run_grpo(task_args, model_args, training_args)
         return 0
+    if command == "ppo":
+        from slimrl.cli.ppo import apply_patches as apply_ppo_patches
+        from slimrl.cli.ppo import parse_ppo_args, run_ppo
+
+        apply_ppo_patches()
+        run_ppo(*parse_ppo_args(rest))
+        return 0
+    if command == "plan":
+        from slimrl.cli.plan import run_plan
+
+        return run_plan(rest)
     if command in ("dpo", "orpo", "kto"):
-        from slimrl.cli.args import parse_preference_args
         from slimrl.cli.preference import apply_patches as apply_preference_patches
         from slimrl.cli.preference import run_preference
+        from slimrl.cli.preference_args import parse_preference_args
 
         apply_preference_patches(command)
         task_args, model_args, training_args = parse_preference_args(command, rest)

@@ -60,8 +60,8 @@ class ModelArguments:
     use_gradient_checkpointing: bool | None = field(default=None, metadata={
         "help": "Gradient checkpointing in get_peft_model; unset = follow --gradient_checkpointing."})
     fast_inference: bool = field(default=False, metadata={
-        "help": "grpo: roll out with a vLLM engine on the same weights, the LoRA handed over at each step (needs vLLM: "
-                "bash scripts/install_vllm.sh, then run with .venv-vllm/bin/slimrl)."})
+        "help": "grpo, ppo: roll out with a vLLM engine on the same weights, the LoRA handed over at each step "
+                "(needs vLLM: bash scripts/install_vllm.sh, then run with .venv-vllm/bin/slimrl)."})
     gpu_memory_utilization: float = field(default=0.3, metadata={
         "help": "With --fast_inference: the fraction of GPU memory (on CPU: of RAM) the vLLM engine may use, KV cache "
                 "included. FastLanguageModel.from_pretrained's default is 0.5; 0.3 here (TRL's vllm default) leaves "
@@ -73,7 +73,7 @@ class ModelArguments:
 
 @dataclass
 class DataArguments:
-    """What every training command reads about its data: the built-in task or a dataset, and the eval split."""
+    """What every training command reads: its data (the built-in task or a dataset, the eval split) and --resume."""
 
     task: str = field(default="arithmetic", metadata={
         "help": "Built-in task (arithmetic; the preference commands: the correct answer chosen, a wrong one rejected, "
@@ -98,6 +98,11 @@ class DataArguments:
     prompt_column: str = field(default="prompt", metadata={
         "help": "Column holding the prompt (a string or a list of chat messages)."})
     plot: bool = field(default=True, metadata={"help": "Write training_curves.png (needs matplotlib)."})
+    resume: str | None = field(default=None, metadata={
+        "nargs": "?", "const": "latest",
+        "help": "Resume a stopped run: alone, the newest checkpoint in --output_dir; with a folder, that checkpoint "
+                "or the newest one in that run folder. Ctrl-C / SIGTERM and out-of-memory stops write one."})
+    resume_command: str | None = field(default=None, init=False, repr=False)  # set by run_control
 
 
 @dataclass
@@ -121,6 +126,10 @@ class SlimrlArguments:
     slimrl_num_chunks: int = field(default=-1, metadata={
         "help": "Chunks of the log-prob head: -1 = automatic (bounded scratch memory), N >= 1 = the scored tokens in "
                 "N chunks (less memory, same numbers)."})
+    slimrl_max_memory_gb: float | None = field(default=None, metadata={
+        "aliases": ["--max_memory_gb"],
+        "help": "Stop (keeping the last step's checkpoint) when a step's measured peak memory exceeds this many GiB "
+                "(peak RSS on CPU, allocated memory on CUDA); `slimrl plan` says what a run needs."})
 
 
 @dataclass
@@ -134,8 +143,10 @@ class OnlineSlimrlArguments(SlimrlArguments):
 def apply_slimrl_arguments(training_args, slimrl_args) -> None:
     """Set slimrl's fields on the config, validated by their owners (the same checks as the config keywords)."""
     from slimrl.ops.chunking import validate_num_chunks
+    from slimrl.training.budget import validate_memory_budget
 
     training_args.slimrl_num_chunks = validate_num_chunks(slimrl_args.slimrl_num_chunks)
+    training_args.slimrl_max_memory_gb = validate_memory_budget(slimrl_args.slimrl_max_memory_gb)
     if hasattr(slimrl_args, "slimrl_reward_errors"):
         from slimrl.patches.rewards import check_policy
 
@@ -213,7 +224,12 @@ def mark_user_fields(training_args, argv: list[str]) -> None:
 
 def parse_grpo_args(argv: list[str]):
     """(task_args, model_args, training_args) from argv (may contain `--config file.yaml`)."""
-    parser = build_grpo_parser()
+    return parse_online_args(build_grpo_parser(), argv)
+
+
+def parse_online_args(parser, argv: list[str]):
+    """`slimrl grpo | ppo`: (task_args, model_args, training_args) from a (TaskArguments, ModelArguments,
+    SlimrlArguments, config) parser: slimrl's fields set, user fields marked, `{task}` in output_dir filled."""
     task_args, model_args, slimrl_args, training_args = parse_with_config(parser, argv)
     apply_slimrl_arguments(training_args, slimrl_args)
     resolve_eval_samples(task_args, training_args.max_steps)
@@ -225,82 +241,7 @@ def parse_grpo_args(argv: list[str]):
         if task_args.dataset_name:
             name = task_args.dataset_name.rstrip("/").replace("\\", "/").split("/")[-1].split(".")[0] or "dataset"
         training_args.output_dir = str(training_args.output_dir).replace("{task}", name)
-    return task_args, model_args, training_args
+    from slimrl.cli.run_control import apply_run_flags
 
-
-# ---- `slimrl dpo | orpo | kto`: the same conventions over DPOConfig / ORPOConfig / KTOConfig ----
-
-PREFERENCE_ALGORITHMS = ("dpo", "orpo", "kto")
-
-# Shared CLI defaults for the preference trainers (TRL's defaults target GPUs and long runs). Measured basis: the
-# README's preference section (embedded SmolLM2-135M, built-in arithmetic preference pairs, 2-core CPU).
-PREFERENCE_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
-    "output_dir": ("outputs/slimrl-{algorithm}-{task}", "{algorithm} and {task} are replaced"),
-    "learning_rate": (5e-5, "LoRA on a 135M model needs a larger step than full fine-tuning's 1e-6 to move in 30 "
-                            "steps"),
-    "lr_scheduler_type": ("constant", "a linear decay over 30 steps would halve the average step"),
-    "max_steps": (30, "a few minutes on a 2-core CPU"),
-    "per_device_train_batch_size": (4, "4 pairs (KTO: 4 rows) per step keep a CPU step to seconds"),
-    "max_length": (256, "prompt + answer of the arithmetic set fit in ~150 tokens; TRL's 1024 only pads"),
-    "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
-    "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
-    "save_strategy": ("no", "the LoRA adapter is saved once at the end"),
-}
-
-
-@dataclass
-class PreferenceTaskArguments(DataArguments):
-    """`slimrl dpo | orpo | kto`: the columns of a preference dataset."""
-
-    chosen_column: str = field(default="chosen", metadata={"help": "dpo/orpo: column holding the preferred answer."})
-    rejected_column: str = field(default="rejected", metadata={"help": "dpo/orpo: column holding the rejected answer."})
-    completion_column: str = field(default="completion", metadata={"help": "kto: column holding the answer."})
-    label_column: str = field(default="label", metadata={
-        "help": "kto: column holding the desirable (true) / undesirable (false) label."})
-
-
-def preference_config_class(algorithm: str):
-    if algorithm == "dpo":
-        from trl import DPOConfig as config
-    elif algorithm == "kto":
-        from trl import KTOConfig as config
-    elif algorithm == "orpo":
-        from trl.experimental.orpo import ORPOConfig as config
-    else:
-        raise ValueError(f"unknown preference algorithm {algorithm!r}; known: {', '.join(PREFERENCE_ALGORITHMS)}")
-    return config
-
-
-def build_preference_parser(algorithm: str):
-    from trl import TrlParser
-
-    config = preference_config_class(algorithm)
-    parser = TrlParser((PreferenceTaskArguments, ModelArguments, SlimrlArguments, config), prog=f"slimrl {algorithm}",
-                       description=f"Train a model with {algorithm.upper()} (TRL's "
-                                   f"{config.__name__.removesuffix('Config')}Trainer on slimrl's memory paths). "
-                                   f"Every {config.__name__} field is a flag; "
-                                   "--config run.yaml sets defaults, flags override it.")
-    set_cli_defaults(parser, PREFERENCE_CLI_DEFAULTS)
-    return parser
-
-
-def parse_preference_args(algorithm: str, argv: list[str]):
-    """(task_args, model_args, training_args) for `slimrl dpo|orpo|kto`."""
-    task_args, model_args, slimrl_args, training_args = parse_with_config(build_preference_parser(algorithm), argv)
-    apply_slimrl_arguments(training_args, slimrl_args)
-    resolve_eval_samples(task_args, training_args.max_steps)
-    mark_user_fields(training_args, list(argv))
-    if model_args.dtype == "auto":
-        model_args.dtype = None
-    if model_args.fast_inference:
-        raise ValueError(f"--fast_inference: `slimrl {algorithm}` trains on a fixed dataset and generates nothing; "
-                         "it applies to `slimrl grpo` only.")
-    if task_args.dataset_name and any(getattr(task_args, k) is not None
-                                      for k in ("max_operand", "operations", "num_examples")):
-        raise ValueError("--max_operand/--operations/--num_examples shape the built-in arithmetic set; they do not "
-                         "apply with --dataset_name")
-    name = task_args.task
-    if task_args.dataset_name:
-        name = task_args.dataset_name.rstrip("/").replace("\\", "/").split("/")[-1].split(".")[0] or "dataset"
-    training_args.output_dir = str(training_args.output_dir).replace("{algorithm}", algorithm).replace("{task}", name)
+    apply_run_flags(parser.prog.split()[-1], list(argv), task_args, training_args)  # "slimrl grpo" -> grpo
     return task_args, model_args, training_args

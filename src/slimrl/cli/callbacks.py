@@ -4,7 +4,8 @@ Choices made: the bar replaces transformers' ProgressCallback (which prints ever
 (GRPO: reward, and KL only when TRL logs it, i.e. beta != 0; DPO/ORPO/KTO: loss, reward margin and accuracy), the
 running count of reward-function failures skipped under slimrl_reward_errors="skip" (once there is one), and wall
 seconds per optimizer step. The metrics file gets one JSON object per
-`on_log` call (step, epoch and every logged value), flushed immediately so a killed run still leaves its history.
+`on_log` call (step, epoch and every logged value), flushed immediately so a killed run still leaves its history;
+a resumed run keeps the rows up to its checkpoint's step and appends.
 """
 
 from __future__ import annotations
@@ -76,7 +77,11 @@ class JsonlMetricsCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            open(self.path, "w").close()
+            # a resumed run keeps the history up to its checkpoint's step (rows after it are re-logged)
+            kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= state.global_step] \
+                if state.global_step and os.path.isfile(self.path) else []
+            with open(self.path, "w") as f:
+                f.writelines(json.dumps(r, allow_nan=True) + "\n" for r in kept)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:

@@ -97,6 +97,7 @@ def run_grpo(task_args, model_args, training_args) -> dict:
 
     from slimrl.cli.callbacks import JsonlMetricsCallback, ProgressBarCallback
     from slimrl.cli.modeling import add_lora, load_base
+    from slimrl.cli.run_control import train
 
     wall0 = time.perf_counter()
     task = build_task(task_args, training_args.seed)
@@ -122,7 +123,7 @@ def run_grpo(task_args, model_args, training_args) -> dict:
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(ProgressBarCallback(f"GRPO {task.name}"))
     train_t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train(trainer, training_args, task_args)  # --resume, Ctrl-C/SIGTERM checkpoint and exit, out-of-memory stop
     train_seconds = time.perf_counter() - train_t0
     trainer.save_model(out)
 

@@ -62,6 +62,7 @@ def run_preference(algorithm: str, task_args, model_args, training_args) -> dict
     from slimrl.cli.callbacks import PREFERENCE_BAR_KEYS, JsonlMetricsCallback, ProgressBarCallback
     from slimrl.cli.grpo import evaluate_task, write_run_outputs
     from slimrl.cli.modeling import add_lora, load_base
+    from slimrl.cli.run_control import train
 
     wall0 = time.perf_counter()
     task = build_preference_task(algorithm, task_args, training_args.seed)
@@ -83,7 +84,7 @@ def run_preference(algorithm: str, task_args, model_args, training_args) -> dict
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(ProgressBarCallback(f"{algorithm.upper()} {task.name}", PREFERENCE_BAR_KEYS))
     train_t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train(trainer, training_args, task_args)  # --resume, Ctrl-C/SIGTERM checkpoint and exit, out-of-memory stop
     train_seconds = time.perf_counter() - train_t0
     trainer.save_model(out)
 

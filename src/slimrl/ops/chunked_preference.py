@@ -216,24 +216,34 @@ class _GraphCarrier(torch.autograd.Function):
         return (grad_probe, *([None] * ctx.num_statistics))
 
 
-def lean_policy_forward(model, lm_head, causal_lm, input_ids, attention_mask, model_kwargs: dict, **stats_kwargs):
+def lean_policy_forward(model, lm_head, causal_lm, input_ids, attention_mask, model_kwargs: dict, packed=None,
+                        **stats_kwargs):
     """`model(input_ids, attention_mask=..., use_cache=False, **model_kwargs)` as stock calls it, with the lm_head
     swapped for `preference_stats(hidden, ..., **stats_kwargs)`. Returns `(outputs, stats)`; `outputs.logits` is the
     4-column probe, in the dtype stock's logits would have had.
+
+    `packed` (a whole-row `slimrl.ops.shared_prefix.PackedPrefixBatch` of these rows): the model runs the packed rows
+    instead, and the head reads their hidden states back in the rows' layout (`unpack_rows`), so the statistics are
+    the per-row forward's.
     """
+    from .shared_prefix import model_inputs, unpack_rows
+
     softcap, logit_scale = logit_postprocessing(causal_lm.config.get_text_config())
     num_chunks = num_chunks_of(causal_lm)
     weight, bias = lm_head.weight, lm_head.bias
+    call = dict(input_ids=input_ids, attention_mask=attention_mask) if packed is None else model_inputs(packed,
+                                                                                                        causal_lm)
     box = {}
 
     def head(hidden):
         if "stats" in box:
             raise RuntimeError("slimrl's lean preference head: the model called lm_head twice in one forward")
-        if tuple(hidden.shape[:2]) != tuple(input_ids.shape):
+        if tuple(hidden.shape[:2]) != tuple(call["input_ids"].shape):
             raise RuntimeError(f"slimrl's lean preference head: lm_head got hidden states {tuple(hidden.shape)} for "
-                               f"input ids {tuple(input_ids.shape)} (the model does not score every position)")
+                               f"input ids {tuple(call['input_ids'].shape)} (the model does not score every position)")
         hidden = hidden.to(weight.device)
-        box["stats"] = preference_stats(hidden, weight, bias, softcap=softcap, logit_scale=logit_scale,
+        rows_hidden = hidden if packed is None else unpack_rows(hidden, packed)
+        box["stats"] = preference_stats(rows_hidden, weight, bias, softcap=softcap, logit_scale=logit_scale,
                                         num_chunks=num_chunks, **stats_kwargs)
         cols = probe_columns(weight.shape[0], weight.device)
         with torch.no_grad():
@@ -241,7 +251,7 @@ def lean_policy_forward(model, lm_head, causal_lm, input_ids, attention_mask, mo
         return _GraphCarrier.apply(box["probe"], *(x for x in box["stats"] if _carries_gradient(x)))
 
     with capture_lm_head(lm_head, head):
-        outputs = model(input_ids, attention_mask=attention_mask, use_cache=False, **model_kwargs)
+        outputs = model(**call, use_cache=False, **model_kwargs)
     if "stats" not in box:
         raise RuntimeError("slimrl's lean preference head: the model never called its lm_head")
     if not transformed_probe_matches(box["probe"], outputs.logits, softcap, logit_scale):

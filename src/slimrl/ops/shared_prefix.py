@@ -12,7 +12,7 @@ Choices, and why:
    fused log-prob head need nothing special, and the model's own attention function runs (SDPA on CPU and CUDA,
    eager too). The alternative, the prompt's keys/values computed once and passed to the completion forward as a
    cache, was measured slower and breaks under checkpointing (transformers drops `past_key_values` in checkpointed
-   layers, and a replay would write the cache twice); see docs/README-shared-prefix.md for the numbers.
+   layers, and a replay would write the cache twice); see README.md ("Each prompt computed once") for the numbers.
 2. Positions are the original column indices (`position_ids`), so RoPE sees what the per-row forward sees (TRL
    passes no position ids: a left-padded row's tokens sit at their column index, padding included).
 3. Each completion segment starts with a copy of the prompt's last token: its hidden state predicts the first
@@ -21,7 +21,9 @@ Choices, and why:
    completion; the labels become plain `shift_labels`). A segment ends at the token before its last label.
 4. Padding is not forwarded: prompt padding and completion right-padding are masked keys in the per-row forward and
    score nothing, so dropping them changes no value. A masked token inside a completion (not produced by TRL,
-   handled anyway) is kept as a query and masked as a key, as in the per-row forward.
+   handled anyway) is kept as a query and masked as a key, as in the per-row forward. `whole_rows` (ORPO/CPO, whose
+   logged mean-logits metric reads every position's logits, padding included) forwards every column the same way,
+   and `unpack_rows` hands the hidden states back in the rows' `[B, T]` layout (a shared position read by each row).
 5. Canonical order: groups sorted by prompt, rows by completion, so the same set of rows packs to the same tensors
    whatever order TRL's shuffle gave them: the policy forward of an on-policy step then reproduces the old-policy
    forward bit for bit (ratio exactly 1, as TRL's per-row forward gives), instead of differing by rounding.
@@ -49,6 +51,7 @@ class PackedPrefixBatch:
     segment: torch.Tensor  # 0 prompt, k >= 1 the group's k-th completion, -1 filler
     key_valid: torch.Tensor  # bool: the token may be attended to (attention_mask of its column)
     gather_index: torch.Tensor  # [B, T - 1] flat index into the packed [U * L] grid, -1 = no value (0)
+    hidden_index: torch.Tensor  # [B, T] flat packed index of the position computing each column, -1 = none
     rows_per_group: list[int]
 
     @property
@@ -81,6 +84,14 @@ def layout_problem(attention_mask: torch.Tensor, labels: torch.Tensor) -> str | 
     return None
 
 
+def whole_rows_problem(attention_mask: torch.Tensor, attn_implementation: str) -> str | None:
+    """Why whole rows cannot be packed (None: they can): under eager attention a query that sees no key (a row's
+    leading padding) attends uniformly to every key of its row, so its value depends on the row's length."""
+    if attn_implementation == "eager" and not bool(attention_mask[:, 0].all()):
+        return "eager attention over rows that start with padding (their padding's logits depend on the row length)"
+    return None
+
+
 def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> list[list[int]]:
     """Scored rows with identical prompts (the ids and mask before the first label), grouped; groups sorted by
     prompt, rows by completion. Rows with no label are left out."""
@@ -97,48 +108,64 @@ def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, labels:
     return list(groups.values())
 
 
+def _group_parts(group: list[int], p: int, last: list[int], T: int, valid: torch.Tensor, whole_rows: bool):
+    """One packed row: its source rows, source columns and segment ids, and each row's segment offset in it."""
+    cols = torch.arange(T, device=valid.device)
+    prompt_cols = cols[:p - 1] if whole_rows else cols[:p - 1][valid[group[0], :p - 1]]
+    src, col, seg, offsets = [torch.full_like(prompt_cols, group[0])], [prompt_cols], [
+        torch.full_like(prompt_cols, PROMPT_SEGMENT)], {}
+    offset = prompt_cols.numel()
+    for k, row in enumerate(group, start=1):
+        seg_cols = cols[p - 1:T if whole_rows else last[row]]  # whole rows: every column; else up to the last label
+        offsets[row] = offset
+        src.append(torch.full_like(seg_cols, row))
+        col.append(seg_cols)
+        seg.append(torch.full_like(seg_cols, k))
+        offset += seg_cols.numel()
+    return torch.cat(src), torch.cat(col), torch.cat(seg), offsets
+
+
 def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor,
-         groups: list[list[int]] | None = None) -> PackedPrefixBatch:
-    """Lay out one packed row per prompt group (see the module docstring); `layout_problem` must be None."""
+         groups: list[list[int]] | None = None, whole_rows: bool = False) -> PackedPrefixBatch:
+    """Lay out one packed row per prompt group (see the module docstring); `layout_problem` must be None.
+
+    `whole_rows`: every column of the grouped rows is forwarded (prompt and trailing padding as queries that no one
+    attends to), so `hidden_index` maps every column; else only what predicts a label (choice 4).
+    """
     B, T = input_ids.shape
     device = input_ids.device
     groups = prompt_groups(input_ids, attention_mask, labels) if groups is None else groups
     first, last = _label_spans(labels)
     valid = attention_mask.bool()
-    cols = torch.arange(T, device=device)
-    src_rows, src_cols, segments, starts = [], [], [], {}
-    for group in groups:
-        p = first[group[0]]
-        prompt_cols = cols[:p - 1][valid[group[0], :p - 1]]
-        row_src, row_cols = [torch.full_like(prompt_cols, group[0])], [prompt_cols]
-        row_seg = [torch.full_like(prompt_cols, PROMPT_SEGMENT)]
-        offset = prompt_cols.numel()
-        for k, row in enumerate(group, start=1):
-            seg_cols = cols[p - 1:last[row]]  # the positions that predict labelled columns p .. last
-            starts[row] = (len(src_rows), offset)
-            row_src.append(torch.full_like(seg_cols, row))
-            row_cols.append(seg_cols)
-            row_seg.append(torch.full_like(seg_cols, k))
-            offset += seg_cols.numel()
-        src_rows.append(torch.cat(row_src))
-        src_cols.append(torch.cat(row_cols))
-        segments.append(torch.cat(row_seg))
-    L = max(x.numel() for x in src_cols)
+    parts = [_group_parts(group, first[group[0]], last, T, valid, whole_rows) for group in groups]
+    L = max(part[1].numel() for part in parts)
 
-    def padded(parts, fill):
-        return torch.stack([torch.cat([x, x.new_full((L - x.numel(),), fill)]) for x in parts])
+    def padded(index, fill):
+        return torch.stack([torch.cat([x[index], x[index].new_full((L - x[index].numel(),), fill)]) for x in parts])
 
-    src, col, segment = padded(src_rows, 0), padded(src_cols, 0), padded(segments, FILLER_SEGMENT)
+    src, col, segment = padded(0, 0), padded(1, 0), padded(2, FILLER_SEGMENT)
     filler = segment == FILLER_SEGMENT
     ids = input_ids[src, col].masked_fill(filler, int(input_ids[groups[0][0], 0]))
     key_valid = valid[src, col] & ~filler
-    shift_labels = torch.where(segment > PROMPT_SEGMENT, labels[src, (col + 1).clamp(max=T - 1)], IGNORE)
-    gather_index = torch.full((B, T - 1), -1, dtype=torch.long, device=device)
-    for row, (u, start) in starts.items():
-        p = first[row]
-        gather_index[row, p - 1:last[row]] = u * L + start + torch.arange(last[row] - p + 1, device=device)
+    predicts = (segment > PROMPT_SEGMENT) & (col < T - 1)  # a whole row's last column predicts nothing
+    shift_labels = torch.where(predicts, labels[src, (col + 1).clamp(max=T - 1)], IGNORE)
+    hidden_index = torch.full((B, T), -1, dtype=torch.long, device=device)
+    flat = torch.arange(L, device=device)
+    for u, (_, part_cols, part_seg, offsets) in enumerate(parts):
+        prompt = part_seg == PROMPT_SEGMENT
+        for row, offset in offsets.items():
+            hidden_index[row, part_cols[prompt]] = u * L + flat[:int(prompt.sum())]
+            own = part_seg == part_seg[offset]
+            hidden_index[row, part_cols[own]] = u * L + flat[offset:offset + int(own.sum())]
+    gather_index = hidden_index[:, :-1].clone()
+    for row, f in enumerate(first):  # a prediction exists from the prompt's last token up to the last label
+        if f >= 0:
+            gather_index[row, :f - 1] = -1
+            gather_index[row, last[row]:] = -1
+        else:
+            gather_index[row] = -1
     return PackedPrefixBatch(ids, col.masked_fill(filler, 0), shift_labels, segment, key_valid, gather_index,
-                             [len(g) for g in groups])
+                             hidden_index, [len(g) for g in groups])
 
 
 def _segment_starts(segment: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,3 +206,19 @@ def unpack(values: torch.Tensor, packed: PackedPrefixBatch) -> torch.Tensor:
     index = packed.gather_index
     picked = values.reshape(-1)[index.clamp(min=0)]
     return torch.where(index >= 0, picked, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
+def unpack_rows(values: torch.Tensor, packed: PackedPrefixBatch) -> torch.Tensor:
+    """`[U, L, ...]` per-position values (hidden states) -> `[B, T, ...]` in the rows' columns (zeros where none).
+
+    A shared prompt position is read by every row of its group, so its gradient is the sum of theirs."""
+    index = packed.hidden_index
+    picked = values.reshape(-1, *values.shape[2:])[index.clamp(min=0)]
+    present = (index >= 0).reshape(*index.shape, *[1] * (values.dim() - 2))
+    return torch.where(present, picked, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
+def model_inputs(packed: PackedPrefixBatch, model) -> dict:
+    """The keyword inputs of `model` (a transformers model) for the packed rows: ids, 4D mask, positions."""
+    mask = attention_mask_4d(packed, model.config._attn_implementation, model.get_input_embeddings().weight.dtype)
+    return dict(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids)

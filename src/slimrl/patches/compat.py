@@ -1,7 +1,8 @@
 """What older TRL and Unsloth scripts write that TRL 1.16 spells differently: accepted with a notice, or refused
 saying what replaced it. One table per kind; the set-up (trainer_setup.py) and the registry apply them.
 
-1. Trainer arguments: `tokenizer=` is the older name of `processing_class=` (every trainer).
+1. Trainer arguments: `tokenizer=` is the older name of `processing_class=` (every trainer); slimrl's PPOTrainer
+   also takes `config=`, TRL's PPO name of `args=`.
 2. Config fields TRL renamed, taken under the new name with a one-line notice naming both (given both, different:
    an error): `max_new_tokens` (generation's name) for GRPO/RLOO's `max_completion_length`; `max_seq_length` for the
    offline trainers' `max_length` (SFTConfig renamed it in TRL 0.20).
@@ -17,6 +18,7 @@ import dataclasses
 from ..notices import notice
 
 ARGUMENT_ALIASES = (("tokenizer", "processing_class"),)
+PPO_ARGUMENT_ALIASES = (("config", "args"), *ARGUMENT_ALIASES)
 
 ONLINE_RENAMED = (("max_new_tokens", "max_completion_length"),)
 ONLINE_REMOVED = (

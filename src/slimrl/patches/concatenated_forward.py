@@ -12,6 +12,10 @@ broadcast view of the right shape would also fit, but its `.mean()` would walk B
 Encoder-decoder models, and models whose output embedding is not a plain `nn.Linear` (LoRA on lm_head,
 `modules_to_save`, quantized heads), fall back to stock's full-logits forward with a warning naming the reason: the
 patch applies class-wide, so raising would break a trainer that stock TRL runs fine; the numbers stay stock's.
+
+Shared prefixes (`slimrl_shared_prefix`, shared_prefix.py `paired_layout`): the rows of a pair share their prompt, so
+the model runs each distinct prompt once, every column of the rows forwarded (the mean-logits metric reads padding
+positions too), and the lean head reads the hidden states back in the rows' layout: the statistics are unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 import torch
 
 from ..ops.chunked_preference import lean_head_or_reason, lean_policy_forward
+from .shared_prefix import paired_layout, record_fallback
 
 FORWARD_PARAMS = ("self", "model", "batch")
 TRAINER_PARAMS = ("self", "model", "args", "data_collator", "train_dataset", "eval_dataset", "processing_class")
@@ -44,7 +49,7 @@ class PairedForward:
 
 
 def lean_head(trainer, model, name: str):
-    """`(lm_head, causal_lm)` when the lean forward applies to this trainer/model, else warn and `(None, None)`."""
+    """`(lm_head, causal_lm)` when the lean forward applies to this trainer/model, else warn and `(None, reason)`."""
     if trainer.is_encoder_decoder:
         reason = "the model is an encoder-decoder"
     else:
@@ -54,7 +59,7 @@ def lean_head(trainer, model, name: str):
         reason = found
     warnings.warn(f"slimrl: {name}.concatenated_forward runs stock TRL's full-logits path because {reason}; "
                   "memory and numbers are stock's.", UserWarning, stacklevel=3)
-    return None, None
+    return None, reason
 
 
 def check_label_shape(labels: torch.Tensor, input_ids: torch.Tensor) -> None:
@@ -71,6 +76,7 @@ def concatenated_forward_maker(spec: PairedForward):
         def concatenated_forward(self, model, batch):
             lm_head, causal_lm = lean_head(self, model, spec.name)
             if lm_head is None:
+                record_fallback(self, f"stock's full-logits forward runs: {causal_lm}", 0)
                 return original(self, model, batch)
             concatenated = self.concatenated_inputs(batch, is_encoder_decoder=False,
                                                     padding_value=spec.padding_value(self),
@@ -81,10 +87,11 @@ def concatenated_forward_maker(spec: PairedForward):
             labels = concatenated["concatenated_labels"]
             check_label_shape(labels, input_ids)
             nll_labels = spec.nll_labels(self, input_ids, attention_mask, labels)
+            model_kwargs = {"output_router_logits": True} if self.aux_loss_enabled else {}
+            packed = paired_layout(self, causal_lm, input_ids, attention_mask, labels, model_kwargs)
             outputs, stats = lean_policy_forward(
-                model, lm_head, causal_lm, input_ids, attention_mask,
-                {"output_router_logits": True} if self.aux_loss_enabled else {}, labels=labels, num_chosen=num_chosen,
-                average_log_prob=spec.average_log_prob(self), nll_labels=nll_labels,
+                model, lm_head, causal_lm, input_ids, attention_mask, model_kwargs, packed, labels=labels,
+                num_chosen=num_chosen, average_log_prob=spec.average_log_prob(self), nll_labels=nll_labels,
                 logits_drop_last=spec.logits_drop_last)
             dtype = outputs.logits.dtype  # stock's logits dtype: its log-probs and NLL come out in it
             # no NLL target (CPO with cpo_alpha == 0): stock's constant

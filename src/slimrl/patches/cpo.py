@@ -4,13 +4,14 @@ CPOTrainer (`trl.experimental.cpo`), patched like ORPO to never hold `[2B, T, V]
 Patched: `CPOTrainer.concatenated_forward` (concatenated_forward.py, declared below: log-probs averaged over the
 labelled tokens for `loss_type` ipo / simpo, summed otherwise; the chosen NLL over the completion labels only, and
 stock's constant `tensor(0.0)` when `cpo_alpha == 0`, when no NLL target is scored at all; the mean-logits metric over
-every position); the set-up shared with DPO/KTO (offline.py); `trl.CPOConfig` / `trl.CPOTrainer` as reversible aliases
+every position; the prompt forwarded once for chosen and rejected under `slimrl_shared_prefix`); the set-up shared
+with DPO/KTO (offline.py, `slimrl_shared_prefix` included); `trl.CPOConfig` / `trl.CPOTrainer` as reversible aliases
 of `trl.experimental.cpo`'s classes.
 TRL's own: `get_batch_loss_metrics`, `cpo_loss` (AlphaPO, label smoothing, simpo_gamma), the metrics, the collator.
 """
 
 from .concatenated_forward import FORWARD_PARAMS, TRAINER_PARAMS, PairedForward, concatenated_forward_maker
-from .offline import offline_patches
+from .offline import SHARED_PREFIX_OFFLINE, offline_patches
 from .seams import Patch, alias_patches
 
 TRAINER = "trl.experimental.cpo.cpo_trainer.CPOTrainer"
@@ -26,6 +27,7 @@ CPO = PairedForward(
 PATCHES = [
     Patch(TRAINER, "concatenated_forward", FORWARD_PARAMS, concatenated_forward_maker(CPO),
           "chunked log-probs / NLL / mean-logits from the hidden states; no [2B, T, V] logits"),
-    *offline_patches("cpo", TRAINER, "trl.experimental.cpo.cpo_config.CPOConfig", TRAINER_PARAMS),
+    *offline_patches("cpo", TRAINER, "trl.experimental.cpo.cpo_config.CPOConfig", TRAINER_PARAMS,
+                     family=SHARED_PREFIX_OFFLINE),
     *alias_patches("trl.experimental.cpo", ("CPOConfig", "CPOTrainer")),
 ]

@@ -20,6 +20,7 @@ DATASET_FORMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "reward": (("chosen", "rejected"), ("chosen_ids", "rejected_ids")),
     "orpo": (("prompt", "chosen", "rejected"), ("chosen_input_ids", "rejected_input_ids")),
     "cpo": (("prompt", "chosen", "rejected"), ("chosen_input_ids", "rejected_input_ids")),
+    "ppo": (("prompt",), ("input_ids",)),  # slimrl's own PPOTrainer (slimrl.ppo.rollout.prompt_token_ids)
 }
 
 

@@ -6,8 +6,8 @@ checks do not apply. Patched (beyond the shared set-up of trainer_setup.py):
    `slimrl.ops.logprob.add_fused_lm_head` scores only labelled tokens in bounded chunks. None for trainers without
    that seam (RewardTrainer: a sequence-classification model; experimental ORPO/CPO: their forward is patched
    instead, see concatenated_forward.py).
-2. Config checks: the learning rate. DPO's family (`SHARED_PREFIX_OFFLINE`) also declares `slimrl_shared_prefix`
-   and its check (shared_prefix_rules.py); KTO/SFT/reward/ORPO/CPO refuse it like any unknown keyword.
+2. Config checks: the learning rate. DPO's, ORPO's and CPO's family (`SHARED_PREFIX_OFFLINE`) also declares
+   `slimrl_shared_prefix` and its check (shared_prefix_rules.py); KTO/SFT/reward refuse it like any unknown keyword.
 3. Trainer `__init__`: the config's `max_length` against the model's `max_seq_length` (set by FastLanguageModel): a
    `max_length` the user set that exceeds it raises naming both fields, TRL's untouched default is lowered to it
    (logged); TRL's `activation_offloading=True` together with the model's "offload" mode: both move saved activations
@@ -82,7 +82,7 @@ def check_shared_prefix_config(args) -> None:
     shared_prefix_rules.check_config(args)
 
 
-# The offline trainers with shared-prefix forwards (DPO: chosen and rejected share their prompt)
+# The offline trainers with shared-prefix forwards (DPO, ORPO, CPO: chosen and rejected share their prompt)
 SHARED_PREFIX_OFFLINE = dataclasses.replace(OFFLINE, config_fields=(shared_prefix_rules.FIELD,),
                                             check_config=check_shared_prefix_config)
 

@@ -22,6 +22,8 @@ Patched (beyond the shared set-up of trainer_setup.py):
    otherwise (vllm_rollouts.py).
 6. `_get_per_token_logps_and_entropies` (policy, old-policy and reference forwards): run inside the shared-prefix
    context, each distinct prompt of a forward's rows computed once (shared_prefix.py).
+7. `_save_checkpoint` / `_load_optimizer_and_scheduler`: the rollout buffer travels with each checkpoint, so a
+   resume in the middle of a buffer repeats the uninterrupted run (rollout_buffer.py).
 TRL's own: the whole GRPO/RLOO step (generation, rewards, advantages, every loss type, buffering, metrics).
 """
 
@@ -34,6 +36,7 @@ from . import shared_prefix_rules, validation
 from .compat import ONLINE_REMOVED, ONLINE_RENAMED
 from .data_checks import dataset_check
 from .rewards import check_policy, checked_rewards
+from .rollout_buffer import rollout_buffer_patches
 from .seams import Patch
 from .shared_prefix import logprob_seam_patches
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
@@ -109,4 +112,5 @@ def online_patches(algorithm: str, module: str, trainer: str, config_module: str
         Patch(module, "VLLMGeneration", ("model", "accelerator", "processing_class", "mode"), make_vllm_generation,
               "rollouts on the model's attached vLLM engine", uses=VLLM_GENERATION_USES),
         *logprob_seam_patches(trainer_path),
+        *rollout_buffer_patches(trainer_path),
     ]

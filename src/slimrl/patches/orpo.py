@@ -2,7 +2,8 @@
 
 Patched: `ORPOTrainer.concatenated_forward` (concatenated_forward.py, declared below: log-probs averaged over the
 completion labels; the chosen NLL over every attended token, prompt included; the mean-logits metric without the last
-position, as stock slices `logits[:, :-1]`); the set-up shared with DPO/KTO (offline.py: `slimrl_num_chunks`,
+position, as stock slices `logits[:, :-1]`; the prompt forwarded once for chosen and rejected under
+`slimrl_shared_prefix`); the set-up shared with DPO/KTO (offline.py: `slimrl_num_chunks`, `slimrl_shared_prefix`,
 precision, checkpointing, `max_length`, the `peak_memory_gb` metric in `_stored_metrics`); `trl.ORPOConfig` /
 `trl.ORPOTrainer`, which TRL 1.16 has only under `trl.experimental.orpo` while Unsloth scripts write
 `from trl import ORPOConfig, ORPOTrainer`: reversible aliases (unpatch deletes them; a TRL that defines them itself is
@@ -13,7 +14,7 @@ TRL's own: `get_batch_loss_metrics`, `odds_ratio_loss`, the metrics, the data co
 import torch
 
 from .concatenated_forward import FORWARD_PARAMS, TRAINER_PARAMS, PairedForward, concatenated_forward_maker
-from .offline import offline_patches
+from .offline import SHARED_PREFIX_OFFLINE, offline_patches
 from .seams import Patch, alias_patches
 
 TRAINER = "trl.experimental.orpo.orpo_trainer.ORPOTrainer"
@@ -29,6 +30,7 @@ ORPO = PairedForward(
 PATCHES = [
     Patch(TRAINER, "concatenated_forward", FORWARD_PARAMS, concatenated_forward_maker(ORPO),
           "chunked log-probs / NLL / mean-logits from the hidden states; no [2B, T, V] logits"),
-    *offline_patches("orpo", TRAINER, "trl.experimental.orpo.orpo_config.ORPOConfig", TRAINER_PARAMS),
+    *offline_patches("orpo", TRAINER, "trl.experimental.orpo.orpo_config.ORPOConfig", TRAINER_PARAMS,
+                     family=SHARED_PREFIX_OFFLINE),
     *alias_patches("trl.experimental.orpo", ("ORPOConfig", "ORPOTrainer")),
 ]

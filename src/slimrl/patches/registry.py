@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cpo, dpo, grpo, kto, orpo, reward, rloo, sft
+from . import cpo, dpo, grpo, kto, orpo, ppo, reward, rloo, sft
 from .compat import REMOVED_ALGORITHMS
 from .seams import MISSING, Patch, PatchError, check_seam, check_trl_version, own_attr, trl_version, unwrap_descriptor
 
@@ -26,7 +26,7 @@ __all__ = ["ALGORITHMS", "PatchFastRL", "unpatch", "is_patched", "applied_seams"
 
 ALGORITHMS: dict[str, list[Patch]] = {
     "grpo": grpo.PATCHES, "rloo": rloo.PATCHES, "dpo": dpo.PATCHES, "kto": kto.PATCHES, "sft": sft.PATCHES,
-    "reward": reward.PATCHES, "orpo": orpo.PATCHES, "cpo": cpo.PATCHES,
+    "reward": reward.PATCHES, "orpo": orpo.PATCHES, "cpo": cpo.PATCHES, "ppo": ppo.PATCHES,
 }
 
 

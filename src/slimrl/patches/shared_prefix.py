@@ -1,4 +1,5 @@
-"""Shared-prefix training forwards: each distinct prompt among a forward's rows computed once (GRPO, RLOO, DPO).
+"""Shared-prefix training forwards: each distinct prompt among a forward's rows computed once (GRPO, RLOO, DPO, ORPO,
+CPO).
 
 The packing is slimrl.ops.shared_prefix; where and when it applies, shared_prefix_rules.py. Choices, and why:
 1. Where: TRL's log-prob seams (GRPO/RLOO `_get_per_token_logps_and_entropies`, through which the policy, old-policy
@@ -7,6 +8,9 @@ The packing is slimrl.ops.shared_prefix; where and when it applies, shared_prefi
    exit). TRL's own code still builds the rows, labels, row chunks (`batch_size`), adapter switching and slicing; a
    `model(..., labels=..., fused_lm_head=True)` call it makes gets the packed forward's outputs in its own layout.
    The Patch entries are declared here (`logprob_seam_patches`, `DPO_PATCHES`), listed by online.py and dpo.py.
+   ORPO/CPO have no TRL seam of this kind: slimrl's own lean `concatenated_forward` (concatenated_forward.py) asks
+   `paired_layout` for the packing of its one model call (the same checks, rule and counters; whole rows, as their
+   mean-logits metrics read every position) and feeds the packed rows to the model itself.
 2. `slimrl_shared_prefix` False is TRL's forward untouched; True shares wherever it can apply; "auto" (default)
    where the rule of shared_prefix_rules.py expects it to pay.
 3. Identical prompts are found among the rows of each forward call, by comparing ids and mask before the first
@@ -92,34 +96,67 @@ def _problem(base, kwargs: dict, labels, setting) -> str | None:
     return reason if reason is not None else layout_problem(attention_mask, labels)
 
 
+def _layout(base, labels, kwargs: dict, setting, whole_rows: bool = False):
+    """The packed layout of the call's rows, or a fallback reason string."""
+    from ..ops import shared_prefix as op
+
+    reason = _problem(base, kwargs, labels, setting)
+    input_ids, attention_mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+    if reason is None and whole_rows:
+        reason = op.whole_rows_problem(attention_mask, base.config._attn_implementation)
+    if reason is not None:
+        return reason
+    groups = op.prompt_groups(input_ids, attention_mask, labels)
+    if max(len(g) for g in groups) == 1:
+        return "no prompt is repeated among the rows of a forward"
+    if whole_rows and sum(len(g) for g in groups) < input_ids.shape[0]:
+        return "a row scores no token (its logits still count in the logged metrics)"
+    packed = op.pack(input_ids, attention_mask, labels, groups, whole_rows=whole_rows)
+    (rows, seq_len), (packed_rows, packed_len) = input_ids.shape, packed.input_ids.shape
+    refusal = auto_refusal(base.config, rows, seq_len, packed_rows, packed_len) if setting == AUTO else None
+    return packed if refusal is None else refusal
+
+
 def _packed_output(trainer, base, inner, labels, num_items_in_batch, kwargs, setting):
     """The fused head's output for the rows, through the packed forward; or a fallback reason string."""
     from trl.trainer.utils import FusedCausalLMOutput
 
     from ..ops import shared_prefix as op
 
-    reason = _problem(base, kwargs, labels, setting)
-    if reason is not None:
-        return reason
-    input_ids, attention_mask = kwargs["input_ids"], kwargs["attention_mask"]
-    groups = op.prompt_groups(input_ids, attention_mask, labels)
-    if max(len(g) for g in groups) == 1:
-        return "no prompt is repeated among the rows of a forward"
-    packed = op.pack(input_ids, attention_mask, labels, groups)
-    (rows, seq_len), (packed_rows, packed_len) = input_ids.shape, packed.input_ids.shape
-    refusal = auto_refusal(base.config, rows, seq_len, packed_rows, packed_len) if setting == AUTO else None
-    if refusal is not None:
-        return refusal
-    mask = op.attention_mask_4d(packed, base.config._attn_implementation, base.get_input_embeddings().weight.dtype)
-    out = inner(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids,
-                shift_labels=packed.shift_labels, fused_lm_head=True)
-    _count(trainer, True, packed_rows * packed_len, rows * seq_len)
+    packed = _layout(base, labels, kwargs, setting)
+    if isinstance(packed, str):
+        return packed
+    out = inner(**op.model_inputs(packed, base), shift_labels=packed.shift_labels, fused_lm_head=True)
+    _count(trainer, True, packed.input_ids.numel(), kwargs["input_ids"].numel())
     grid = {name: None if getattr(out, name) is None else op.unpack(getattr(out, name), packed)
             for name in HEAD_OUTPUTS}
     label_mask = labels[:, 1:] != op.IGNORE
     denominator = label_mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
     return FusedCausalLMOutput(loss=-grid["log_probs"].sum() / denominator, label_mask=label_mask, aux_loss=None,
                                **grid)
+
+
+def paired_layout(trainer, base, input_ids, attention_mask, labels, model_kwargs: dict):
+    """ORPO / CPO (concatenated_forward.py): the whole-row packed layout of the concatenated chosen and rejected rows,
+    counted; or None (sharing off, or a fallback: its reason logged once) for the per-row call."""
+    setting = getattr(trainer.args, CONFIG_FIELD, AUTO)
+    if setting is False:
+        return None
+    kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False, **model_kwargs}
+    packed = _layout(base, labels, kwargs, setting, whole_rows=True)
+    if isinstance(packed, str):
+        record_fallback(trainer, packed, input_ids.numel())
+        return None
+    _count(trainer, True, packed.input_ids.numel(), input_ids.numel())
+    return packed
+
+
+def record_fallback(trainer, reason: str, positions: int) -> None:
+    """A forward left to the per-row path: its reason logged once per trainer, its positions counted."""
+    setting = getattr(trainer.args, CONFIG_FIELD, AUTO)
+    if setting is not False:
+        _note(trainer, reason, setting)
+        _count(trainer, False, positions, positions)
 
 
 def _sharing_forward(trainer, base, inner, setting):
@@ -135,9 +172,7 @@ def _sharing_forward(trainer, base, inner, setting):
             return plain()
         result = _packed_output(trainer, base, inner, labels, num_items_in_batch, kwargs, setting)
         if isinstance(result, str):
-            _note(trainer, result, setting)
-            positions = kwargs["input_ids"].numel() if kwargs.get("input_ids") is not None else 0
-            _count(trainer, False, positions, positions)
+            record_fallback(trainer, result, kwargs["input_ids"].numel() if kwargs.get("input_ids") is not None else 0)
             return plain()
         return result
 

@@ -2,8 +2,8 @@
 
 The forward itself is patches/shared_prefix.py (the seams) over slimrl.ops.shared_prefix (the packing). Choices:
 1. Config field `slimrl_shared_prefix`: "auto" (default) | True | False, declared by the families that use it (GRPO,
-   RLOO: online.py; DPO: offline.py) and validated by `validate_shared_prefix` alone; the other trainers refuse it
-   as an unknown keyword, as TRL refuses any.
+   RLOO: online.py; DPO, ORPO, CPO: offline.py) and validated by `validate_shared_prefix` alone; the other trainers
+   refuse it as an unknown keyword, as TRL refuses any.
 2. Where it cannot apply (`model_problem`, checked per forward): multimodal inputs, a MoE aux loss (it counts every
    prompt token once per row), an attention implementation other than SDPA/eager, a model type not verified against
    the per-row forward (tests/ops/test_shared_prefix_op.py; OPT, for one, gives wrong numbers under packing), rows
@@ -12,7 +12,7 @@ The forward itself is patches/shared_prefix.py (the seams) over slimrl.ops.share
    cost, a few ms, is what sharing would save) and the packed forward's estimated work is at most
    `AUTO_MAX_COST_RATIO` of the per-row forward's (`estimated_cost_ratio`: projection and MLP FLOPs per forwarded
    position plus dense attention FLOPs per query/key pair). The measurements behind both numbers are in
-   docs/README-shared-prefix.md (bench/shared_prefix_ops.py --sweep / --small).
+   README.md, "Each prompt computed once" (bench/shared_prefix_ops.py --sweep / --small).
 """
 
 from __future__ import annotations

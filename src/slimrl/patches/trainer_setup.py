@@ -21,7 +21,9 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
    adapted arguments. After it: the knob on the models TRL ended up with (a reference it loaded itself included) and
    the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
 4. `training_step`: the step's peak memory (CUDA max allocated, or peak RSS on CPU) as the `peak_memory_gb` metric,
-   in the trainer's own metric store (`_metrics`, or `_stored_metrics` for the older ORPO/CPO trainers).
+   in the trainer's own metric store (`_metrics`, or `_stored_metrics` for the older ORPO/CPO trainers); an
+   out-of-memory error, or a peak over `slimrl_max_memory_gb`, stops training with the last completed step's
+   checkpoint kept (slimrl.training.oom).
 """
 
 from __future__ import annotations
@@ -40,11 +42,14 @@ from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..notices import notice
 from ..ops.chunking import set_num_chunks, validate_num_chunks
 from ..state import AUTO_CHUNKS, config_state, model_state, user_set
+from ..training import budget, oom
 from . import distributed, precision
 from .compat import ARGUMENT_ALIASES, adapt_config_kwargs, take_alias
 from .seams import Patch
 
 logger = logging.getLogger("slimrl")
+
+SHARED_CONFIG_FIELDS = ((budget.BUDGET_FIELD, None),)  # (name, default) of every patched config, beside the knob
 
 
 class SetupCall(NamedTuple):
@@ -84,7 +89,8 @@ def config_init_maker(family: Family):
         @functools.wraps(original)
         def __init__(self, *args, slimrl_num_chunks=None, unsloth_num_chunks=None, **kwargs):
             adapt_config_kwargs(type(self), kwargs, family.renamed_fields, family.removed_fields)
-            extras = {name: kwargs.pop(name, default) for name, default in family.config_fields}
+            fields = (*SHARED_CONFIG_FIELDS, *family.config_fields)
+            extras = {name: kwargs.pop(name, default) for name, default in fields}
             self.slimrl_num_chunks = num_chunks_from(slimrl_num_chunks, unsloth_num_chunks)
             for name, value in extras.items():
                 setattr(self, name, value)
@@ -100,9 +106,10 @@ def config_post_init_maker(family: Family):
     def make(original):
         @functools.wraps(original)
         def __post_init__(self):
-            for name, default in (("slimrl_num_chunks", AUTO_CHUNKS), *family.config_fields):
+            for name, default in (("slimrl_num_chunks", AUTO_CHUNKS), *SHARED_CONFIG_FIELDS, *family.config_fields):
                 if not hasattr(self, name):  # built through dataclasses.replace or a parser
                     setattr(self, name, default)
+            setattr(self, budget.BUDGET_FIELD, budget.validate_memory_budget(getattr(self, budget.BUDGET_FIELD)))
             precision.resolve_config_precision(self)
             distributed.resolve_config_device(self)
             family.check_config(self)
@@ -247,8 +254,10 @@ def make_training_step(original):
     def training_step(self, *args, **kwargs):
         device = self.accelerator.device
         reset_peak_memory(device)
-        output = original(self, *args, **kwargs)
-        record_metric(self, "peak_memory_gb", round(gib(peak_memory_bytes(device)), 4))
+        output = oom.guarded_step(self, lambda: original(self, *args, **kwargs))
+        peak = peak_memory_bytes(device)
+        record_metric(self, "peak_memory_gb", round(gib(peak), 4))
+        oom.check_budget(self, peak)
         return output
 
     return training_step
@@ -275,12 +284,14 @@ def setup_patches(family: Family, trainer_path: str, config_path: str, trainer_p
                   step_params: tuple[str, ...] = ("self",)) -> list[Patch]:
     """The four set-up patches of one trainer: config `__init__` and `__post_init__`, trainer `__init__`,
     `training_step` (trainer_params / step_params: the leading parameters TRL's methods must have)."""
-    fields = ", ".join(["slimrl_num_chunks", "unsloth_num_chunks", *(name for name, _ in family.config_fields)])
+    fields = ", ".join(["slimrl_num_chunks", "unsloth_num_chunks",
+                        *(name for name, _ in (*SHARED_CONFIG_FIELDS, *family.config_fields))])
     return [
         Patch(config_path, "__init__", ("self", "output_dir"), config_init_maker(family), f"accept {fields}"),
         Patch(config_path, "__post_init__", ("self",), config_post_init_maker(family),
               "precision resolution and config checks"),
         Patch(trainer_path, "__init__", trainer_params, trainer_init_maker(family),
               "model checks, chunking, checkpointing mode"),
-        Patch(trainer_path, "training_step", step_params, make_training_step, "peak memory metric"),
+        Patch(trainer_path, "training_step", step_params, make_training_step,
+              "peak memory metric, out-of-memory stop"),
     ]

@@ -1,0 +1,74 @@
+"""`slimrl plan <grpo|dpo|orpo|kto> [that command's flags]`: the memory a training step will need, before anything
+is loaded (slimrl.planning), and whether it fits.
+
+Choices:
+- The training command's own parser reads the flags, so `slimrl plan grpo --max_completion_length 256` plans
+  exactly what `slimrl grpo --max_completion_length 256` would run (its CLI defaults included).
+- Flags of the plan itself: --prompt_length (default: max_seq_length - max_completion_length for GRPO, half of
+  max_length for the others: worst cases), --device_memory_gb (default: the GPU's memory, else this machine's RAM),
+  --device cpu|cuda (default: CUDA when available), --json (the plan as JSON).
+- Exit status 0 when the plan fits, 1 when it does not (usable in scripts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+ALGORITHMS = ("grpo", "dpo", "orpo", "kto")
+USAGE = ("usage: slimrl plan {grpo,dpo,orpo,kto} [the command's flags] [--prompt_length N] [--device_memory_gb G] "
+         "[--device cpu|cuda] [--json]")
+
+
+def _own_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--prompt_length", type=int, default=None)
+    parser.add_argument("--device_memory_gb", type=float, default=None)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None)
+    parser.add_argument("--json", action="store_true")
+    return parser
+
+
+def _parse(algorithm: str, rest: list[str]):
+    if algorithm == "grpo":
+        from slimrl.cli.args import parse_grpo_args
+        from slimrl.cli.grpo import apply_patches
+
+        apply_patches()
+        return parse_grpo_args(rest)
+    from slimrl.cli.preference import apply_patches as apply_preference_patches
+    from slimrl.cli.preference_args import parse_preference_args
+
+    apply_preference_patches(algorithm)
+    return parse_preference_args(algorithm, rest)
+
+
+def plan_from_args(algorithm: str, model_args, training_args, own):
+    import torch
+
+    from slimrl.models.loading import choose_dtype
+    from slimrl.planning import plan
+
+    device = own.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype, _ = choose_dtype(model_args.dtype, device)
+    checkpointing = model_args.use_gradient_checkpointing
+    return plan(model_args.model_name_or_path, training_args, algorithm, prompt_length=own.prompt_length,
+                max_seq_length=model_args.max_seq_length, lora_r=model_args.lora_r,
+                lora_target_modules=model_args.lora_target_modules, dtype=str(dtype),
+                load_in_4bit=model_args.load_in_4bit,
+                use_gradient_checkpointing=training_args.gradient_checkpointing if checkpointing is None
+                else checkpointing,
+                fast_inference=model_args.fast_inference, gpu_memory_utilization=model_args.gpu_memory_utilization,
+                device=device, device_memory_gb=own.device_memory_gb)
+
+
+def run_plan(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in ALGORITHMS:
+        print(USAGE)
+        print(__doc__.split("\n\n", 1)[0])
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    own, rest = _own_parser().parse_known_args(argv[1:])
+    _, model_args, training_args = _parse(argv[0], rest)
+    result = plan_from_args(argv[0], model_args, training_args, own)
+    print(json.dumps(result.to_dict(), indent=2) if own.json else result, flush=True)
+    return 0 if result.fits else 1

@@ -1,0 +1,124 @@
+"""`slimrl ppo`: task → model + LoRA → eval before → slimrl's PPOTrainer.train → adapter, metrics, plot → eval after.
+
+Choices made:
+- The same conventions and outputs as `slimrl grpo` (its parsing, task, model, evaluation and output helpers are
+  reused): every PPOConfig field is a flag through TRL's TrlParser, `--config run.yaml` works (an unknown key named
+  with the closest flag), the model/LoRA/task flags and slimrl's own (`--slimrl_num_chunks`) are grpo's, errors
+  print as one line (cli/face.py), and output_dir receives the adapter, `metrics.jsonl`, `training_curves.png`,
+  `eval.json` and `slimrl_run.json`. Cheap checks run before the model loads.
+- The score: the built-in arithmetic task's correctness reward (1 when the answer is right), the quantity the
+  before/after accuracy measures; with `--dataset_name`, the sum of `--reward_funcs`. The critic (value adapter +
+  head) turns that sparse end-of-answer score into per-token advantages.
+- `PatchFastRL("ppo")` is applied first, so a script-style `from trl import PPOTrainer` in the same process sees
+  the same class; the CLI itself uses slimrl.ppo directly.
+- CLI defaults differ from TRL's PPO where a 2-core CPU needs it (`PPO_CLI_DEFAULTS`, marked in --help by
+  cli/args.py's set_cli_defaults; "TRL" there is TRL's PPO default, which PPOConfig keeps).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+DEFAULT_OUTPUT_DIR = "outputs/slimrl-ppo-{task}"
+PPO_BAR_KEYS = {"score": "objective/scores", "kl": "objective/kl", "value": "loss/value_avg"}
+
+# PPOConfig field -> (CLI default, why). Basis: the runs in README.md, "PPO" (embedded SmolLM2-135M, arithmetic task).
+PPO_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
+    "output_dir": (DEFAULT_OUTPUT_DIR, "{task} is replaced by the task or dataset name"),
+    "learning_rate": (1e-4, "LoRA needs a far larger step than full fine-tuning's to move in a few dozen steps"),
+    "lr_scheduler_type": ("constant", "a linear decay over a short run would halve the average step"),
+    "max_steps": (40, "20 rollouts of 16 prompts x 2 PPO epochs"),
+    "per_device_train_batch_size": (8, "8 rows per forward/backward"),
+    "gradient_accumulation_steps": (2, "one optimizer step = 16 rows = one rollout (num_mini_batches 1)"),
+    "num_ppo_epochs": (2, "two passes per rollout; TRL's 4 doubles the training time per rollout on a CPU"),
+    "response_length": (16, "an answer `<answer>18</answer>` is 8 tokens; longer samples only cost generation time"),
+    "stop_token": ("eos", "responses end at the chat turn's end token (TRL's None runs every response to the limit)"),
+    "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
+    "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
+    "save_strategy": ("no", "the LoRA adapter is saved once at the end"),
+}
+
+
+def build_ppo_parser():
+    from trl import TrlParser
+
+    from slimrl.cli.args import ModelArguments, SlimrlArguments, TaskArguments, set_cli_defaults
+    from slimrl.ppo import PPOConfig
+
+    parser = TrlParser((TaskArguments, ModelArguments, SlimrlArguments, PPOConfig), prog="slimrl ppo",
+                       description="Train a model with PPO (slimrl's PPOTrainer: LoRA policy, the adapter-disabled "
+                                   "base as reference, a value adapter + head on the same base). Every PPOConfig "
+                                   "field is a flag; --config run.yaml sets defaults, flags override it.")
+    set_cli_defaults(parser, PPO_CLI_DEFAULTS)
+    return parser
+
+
+def parse_ppo_args(argv: list[str]):
+    """(task_args, model_args, training_args) for `slimrl ppo` (grpo's conventions: cli/args.py)."""
+    from slimrl.cli.args import parse_online_args
+
+    return parse_online_args(build_ppo_parser(), argv)
+
+
+def apply_patches() -> None:
+    from slimrl.models.fast_language_model import FastLanguageModel
+    from slimrl.patches.registry import PatchFastRL
+
+    PatchFastRL("ppo", FastLanguageModel)
+
+
+def ppo_panels(rows: list[dict]) -> list[tuple[str, list[str]]]:
+    return [("score", ["objective/scores", "objective/rlhf_reward"]), ("KL", ["objective/kl"]),
+            ("losses", ["loss/policy_avg", "loss/value_avg"])]
+
+
+def score_functions(task, task_args) -> list:
+    """The built-in task's correctness reward (its accuracy), or the dataset's reward functions."""
+    if task_args.dataset_name:
+        return list(task.reward_funcs)
+    if task.accuracy_reward is None:
+        raise ValueError(f"task {task.name!r} has no accuracy reward to use as the PPO score")
+    return [task.accuracy_reward]
+
+
+def run_ppo(task_args, model_args, training_args) -> dict:
+    from transformers.trainer_callback import ProgressCallback
+
+    from slimrl.cli.callbacks import JsonlMetricsCallback, ProgressBarCallback
+    from slimrl.cli.grpo import build_task, evaluate_task, write_run_outputs
+    from slimrl.cli.modeling import add_lora, load_base
+    from slimrl.cli.run_control import train
+    from slimrl.ppo import PPOTrainer
+
+    wall0 = time.perf_counter()
+    task = build_task(task_args, training_args.seed)
+    scores = score_functions(task, task_args)
+    out = training_args.output_dir
+    os.makedirs(out, exist_ok=True)
+    print(f"[slimrl] ppo on {task.name}: {len(task.train_dataset)} train prompts, score "
+          f"{', '.join(f.__name__ for f in scores)}; output_dir {out}", flush=True)
+    model, tokenizer = load_base(model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype,
+                                 model_args.load_in_4bit, model_args)
+    model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
+    before = evaluate_task(model, tokenizer, task, task_args, training_args.response_length, "before")
+    trainer = PPOTrainer(args=training_args, processing_class=tokenizer, model=model, reward_funcs=scores,
+                         train_dataset=task.train_dataset,
+                         callbacks=[JsonlMetricsCallback(os.path.join(out, "metrics.jsonl"))])
+    bars = [c for c in trainer.callback_handler.callbacks if isinstance(c, ProgressCallback)]
+    if not training_args.disable_tqdm and bars:
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(ProgressBarCallback(f"PPO {task.name}", PPO_BAR_KEYS))
+    train_t0 = time.perf_counter()
+    train(trainer, training_args, task_args)  # --resume, Ctrl-C/SIGTERM checkpoint and exit, out-of-memory stop
+    train_seconds = time.perf_counter() - train_t0
+    trainer.save_model(out)
+    after = evaluate_task(trainer.model, tokenizer, task, task_args, training_args.response_length, "after")
+    run_info = {"model_name_or_path": model_args.model_name_or_path, "dtype": model_args.dtype, "algorithm": "ppo",
+                "task": task.name if not task_args.dataset_name else None, "task_info": task.info,
+                "max_completion_length": training_args.response_length, "seed": training_args.seed}
+    engine = getattr(model, "vllm_engine", None)
+    if engine is not None:
+        engine.close()
+    return write_run_outputs(out, run_info, before, after, train_seconds, wall0, training_args.max_steps,
+                             task_args.plot, ppo_panels)
