@@ -113,7 +113,8 @@ def child_grpo(arm: str, vocab: int, completion: int, steps: int, device: str) -
     timed = step_times[1:] or step_times
     peak = max(cuda_peak[0], torch.cuda.max_memory_allocated()) if cuda else overall.stop()
     return {"arm": arm, "how": how, "vocab": vocab, "completion": completion, "steps": len(step_times),
-            "peak": peak, "working": max(working), "s_per_step": sum(timed) / len(timed), "device": device}
+            "peak": peak, "working": max(working), "s_per_step": sum(timed) / len(timed), "device": device,
+            "grad_bytes": sum(p.numel() * p.element_size() for p in trainer.model.parameters() if p.requires_grad)}
 
 
 def child_kernel(variant: str, vocab: int, completion: int, device: str, reps: int) -> dict:

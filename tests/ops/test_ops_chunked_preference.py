@@ -50,3 +50,38 @@ def test_preference_stats_match_full_logits_reference(average, drop_last):
     for name, p, s, r in zip(names, ours, naive(torch.float32), naive(torch.float64)):
         P.check(f"op: {name}", p.detach(), s.detach(), r.detach())
     assert torch.equal(stats.token_counts, (labels[:, 1:] != -100).sum(-1))
+
+
+def _graph_reaches(tensor, params) -> set:
+    """The parameters whose AccumulateGrad node the autograd graph of `tensor` reaches (what DDP's unused-parameter
+    search walks, from the forward's outputs)."""
+    wanted, found, seen, stack = {id(p): p for p in params}, set(), set(), [tensor.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)
+        if variable is not None and id(variable) in wanted:
+            found.add(id(variable))
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return found
+
+
+def test_forward_outputs_reach_the_weights_the_statistics_use():
+    """DDP(find_unused_parameters=True) marks as unused every parameter the forward's outputs do not reach; the lean
+    head's statistics leave through its box, so the returned logits must carry them (_GraphCarrier)."""
+    from peft import LoraConfig, get_peft_model
+
+    from slimrl.ops.chunked_preference import lean_head_or_reason, lean_policy_forward
+    from slimrl.testing import tiny_llama
+
+    model = get_peft_model(tiny_llama(vocab_size=128, hidden_size=16, num_layers=1),
+                           LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
+    lm_head, causal_lm = lean_head_or_reason(model)
+    ids = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(0))
+    outputs, stats = lean_policy_forward(model, lm_head, causal_lm, ids, torch.ones_like(ids), {}, labels=ids,
+                                         num_chosen=1, average_log_prob=True)
+    lora = [p for n, p in model.named_parameters() if p.requires_grad]
+    assert lora and _graph_reaches(stats.logps, lora) == {id(p) for p in lora}
+    assert _graph_reaches(outputs.logits, lora) == {id(p) for p in lora}, "DDP would mark the LoRA weights unused"

@@ -162,16 +162,17 @@ def _norm(x) -> float:
     return float(torch.as_tensor(x, dtype=torch.float64).norm())
 
 
-def check(what: str, patched, stock, reference, *perturbed) -> None:
+def check(what: str, patched, stock, reference, *perturbed, extra_floor: float = 0.0) -> None:
     """Assert e(patched) <= K e(stock) + F e(perturbed) + F u |reference| (the module docstring's rule); e(perturbed)
-    is the largest over the perturbed draws given (none: 0)."""
+    is the largest over the perturbed draws given (none: 0); `extra_floor`: a rounding only the patched side has
+    (e.g. the float32 average of per-process losses under DDP)."""
     p, s, r, *xs = values = [torch.as_tensor(v).detach().double() for v in (patched, stock, reference, *perturbed)]
     assert len({v.shape for v in values}) == 1, f"{what}: shapes {[tuple(v.shape) for v in values]}"
     if not torch.isfinite(r).all():
         raise AssertionError(f"{what}: the float64 reference is not finite")
     e_patched, e_stock = _norm(p - r), _norm(s - r)
     e_perturbed = max((_norm(x - r) for x in xs), default=0.0)
-    floor = F_FLOOR * e_perturbed + F_FLOOR * U32 * _norm(r)
+    floor = F_FLOOR * e_perturbed + F_FLOOR * U32 * _norm(r) + extra_floor
     bound = K_STOCK * e_stock + floor
     _record(what, e_patched, e_stock, e_perturbed, floor, bound)
     assert e_patched <= bound, (f"{what}: |patched - ref| = {e_patched:.3e} > {K_STOCK:g} x |stock - ref| "

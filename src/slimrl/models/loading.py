@@ -10,7 +10,9 @@ Choices:
   is deleted after loading.
 - dtype=None (or "auto") picks bfloat16 where the device computes it fast (CUDA with bf16 support; a CPU with AMX
   or AVX512-BF16, read from /proc/cpuinfo), else float32, and logs which and why.
-- Devices: with CUDA available and no `device_map`, the model goes to GPU 0; a 4-bit load on CPU passes
+- Devices: with CUDA available and no `device_map`, the model goes to this process's GPU (`LOCAL_RANK`, set by
+  torchrun / accelerate launch; GPU 0 in a single process), so N ranks never all load onto GPU 0; under DeepSpeed
+  ZeRO-3 no map is passed (transformers refuses one; DeepSpeed places the shards). A 4-bit load on CPU passes
   `device_map="cpu"` (bitsandbytes needs it); otherwise transformers' default (CPU) stands.
 - Tokenizer: a missing pad token becomes eos (or unk); a missing chat template becomes ChatML; both are logged.
 """
@@ -135,6 +137,15 @@ def prepare_tokenizer(tokenizer, model=None):
     return tokenizer
 
 
+def process_device_map() -> dict | None:
+    """This process's GPU as a device map ({"": LOCAL_RANK}); None under ZeRO-3 (DeepSpeed places the weights)."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if is_deepspeed_zero3_enabled():
+        return None
+    return {"": int(os.environ.get("LOCAL_RANK", "0"))}
+
+
 def _from_pretrained(path: str, dtype: torch.dtype, load_in_4bit: bool, device_type: str, hf_kwargs: dict,
                      allow_unsafe_weights: bool = False):
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
@@ -143,11 +154,12 @@ def _from_pretrained(path: str, dtype: torch.dtype, load_in_4bit: bool, device_t
     if "gguf_file" not in kwargs and not allow_unsafe_weights:
         kwargs.setdefault("use_safetensors", True)  # never unpickle weights unless asked (sources.py)
     kwargs.setdefault("dtype", dtype)
-    if device_type == "cuda":
-        kwargs.setdefault("device_map", {"": 0})
+    if device_type == "cuda" and "device_map" not in kwargs and (device_map := process_device_map()) is not None:
+        kwargs["device_map"] = device_map
     if load_in_4bit:
         kwargs["quantization_config"] = quantization.bnb_4bit_config(dtype)
-        kwargs.setdefault("device_map", "cpu")
+        if device_type != "cuda":
+            kwargs.setdefault("device_map", "cpu")
     elif "gguf_file" in kwargs:
         kwargs.setdefault("quantization_config", GgufConfig(dequantize=True))
     tokenizer_kwargs = {k: kwargs[k] for k in (*_TOKENIZER_KWARGS, "gguf_file") if k in kwargs}

@@ -27,7 +27,8 @@ Here the same quantities come from the decoder's last hidden states [R, T, H] an
   swaps only `lm_head.forward` for the duration: the computation happens inside the head, which returns a
   4-column probe `[R, T, 4]` instead of `[R, T, V]`. The model's post-processing of that probe (softcap, logit scale)
   is checked against slimrl's transform, so a model with a different logit post-processing raises instead of
-  giving different numbers.
+  giving different numbers. The probe carries the statistics as graph inputs (`_GraphCarrier`), so DDP's search
+  for unused parameters, which starts from the forward's outputs, sees the weights the loss uses.
 """
 
 from __future__ import annotations
@@ -192,6 +193,29 @@ def lean_head_or_reason(model, unwrap=None):
     return lm_head, causal_lm
 
 
+def _carries_gradient(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.requires_grad
+
+
+class _GraphCarrier(torch.autograd.Function):
+    """The probe, unchanged, with the statistics as inputs of its graph node; no gradient reaches them through it.
+
+    The statistics the loss uses leave the model's forward only through the lean head's box, not its outputs. DDP
+    with `find_unused_parameters=True` walks the graph back from the forward's outputs to see which parameters were
+    used: without this node it would mark every LoRA weight unused at the end of the forward and then fail when the
+    loss's gradients reach them ("Expected to mark a variable ready only once").
+    """
+
+    @staticmethod
+    def forward(ctx, probe, *statistics):
+        ctx.num_statistics = len(statistics)
+        return probe.clone()
+
+    @staticmethod
+    def backward(ctx, grad_probe):
+        return (grad_probe, *([None] * ctx.num_statistics))
+
+
 def lean_policy_forward(model, lm_head, causal_lm, input_ids, attention_mask, model_kwargs: dict, packed=None,
                         **stats_kwargs):
     """`model(input_ids, attention_mask=..., use_cache=False, **model_kwargs)` as stock calls it, with the lm_head
@@ -224,7 +248,7 @@ def lean_policy_forward(model, lm_head, causal_lm, input_ids, attention_mask, mo
         cols = probe_columns(weight.shape[0], weight.device)
         with torch.no_grad():
             box["probe"] = torch.nn.functional.linear(hidden, weight[cols], None if bias is None else bias[cols])
-        return box["probe"]
+        return _GraphCarrier.apply(box["probe"], *(x for x in box["stats"] if _carries_gradient(x)))
 
     with capture_lm_head(lm_head, head):
         outputs = model(**call, use_cache=False, **model_kwargs)

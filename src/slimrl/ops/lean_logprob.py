@@ -11,7 +11,9 @@ Choices, and why they differ from TRL 1.16's `trl.kernels.chunked_logprob.Chunke
    entropy or `log_sum_sq_probs` needs the shifted logits too, and row dot products (`sum p*z`, `sum p^2`) use `bmm`
    so no product tile is allocated. TRL's eager fallback allocates 4-6 tile-sized temporaries per tile.
 3. Backward recomputes each chunk and turns it into the logits gradient in place. When the entropy output got no
-   gradient (GRPO logs entropy but rarely trains on it) the entropy term and its second buffer are skipped.
+   gradient (GRPO logs entropy but rarely trains on it) the entropy term and its second buffer are skipped. It runs
+   inside TRL's `maybe_gather_lm_head_ctx`, as TRL's kernel does: a ZeRO-3 head re-partitioned since the forward is
+   gathered again (a null context otherwise).
 4. Gradients of `weight` / `bias` accumulate in fp32 from the fp32 gradient tile (no per-chunk rounding to bf16, the
    bias TRL's `_addmm_fp32` comment warns about); the hidden gradient is one product per row, in the compute dtype.
 5. Inputs are expected compact (only scored tokens): the caller drops `label == -100` rows before calling.
@@ -177,6 +179,15 @@ class LeanLogProbFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_logprobs, grad_entropy, *_):
+        from trl.trainer.utils import maybe_gather_lm_head_ctx
+
+        weight, bias = ctx.saved_tensors[1:3]
+        # ZeRO-3 may have re-partitioned the head since the forward: gather it again, as TRL's kernel does
+        with maybe_gather_lm_head_ctx(weight, bias):
+            return LeanLogProbFunction._backward(ctx, grad_logprobs, grad_entropy)
+
+    @staticmethod
+    def _backward(ctx, grad_logprobs, grad_entropy):
         hidden, weight, bias, targets, log_z, entropy = ctx.saved_tensors
         logit_scale, softcap, inv_t = ctx.transform
         need_h, need_w, need_b = ctx.needs_input_grad[:3]

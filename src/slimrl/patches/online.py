@@ -17,7 +17,9 @@ Patched (beyond the shared set-up of trainer_setup.py):
    checkpointing off, left padding; the training flag stays as TRL has it, so dropout sampling matches stock), and
    the max_seq_length check on the actual prompts.
 5. `VLLMGeneration`: rollouts on the model's own vLLM engine when FastLanguageModel.from_pretrained
-   (fast_inference=True) attached one; TRL's class otherwise (vllm_rollouts.py).
+   (fast_inference=True) attached one; in server mode with `vllm_server_sync` "adapter" (or "auto" off CUDA), TRL's
+   server client with the LoRA adapter handed over through the server's LoRA endpoints (vllm_server.py); TRL's class
+   otherwise (vllm_rollouts.py).
 6. `_get_per_token_logps_and_entropies` (policy, old-policy and reference forwards): run inside the shared-prefix
    context, each distinct prompt of a forward's rows computed once (shared_prefix.py).
 7. `_save_checkpoint` / `_load_optimizer_and_scheduler`: the rollout buffer travels with each checkpoint, so a
@@ -63,7 +65,8 @@ def wrap_reward_functions(call: SetupCall) -> None:
 
 
 ONLINE = Family(
-    config_fields=(("vllm_sampling_params", None), ("slimrl_reward_errors", "raise"), shared_prefix_rules.FIELD),
+    config_fields=(("vllm_sampling_params", None), ("vllm_server_sync", "auto"),
+                   ("slimrl_reward_errors", "raise"), shared_prefix_rules.FIELD),
     renamed_fields=ONLINE_RENAMED,
     removed_fields=ONLINE_REMOVED,
     check_config=check_config,

@@ -2,9 +2,10 @@
 
 The seam is the `VLLMGeneration` name TRL's GRPO and RLOO trainer modules call in `__init__`: it is replaced by a
 factory that returns TRL's own class unless the model carries a slimrl engine; then it returns a subclass of TRL's
-class whose engine is the attached one. TRL's `generate` (prompt handling, SamplingParams built from the config,
-log-prob extraction for the importance-sampling correction, structured outputs) runs unchanged; only three
-things differ:
+class whose engine is the attached one. (In server mode it may return vllm_server.py's subclass instead: the LoRA
+adapter handed over through the server's LoRA endpoints.) TRL's `generate` (prompt handling, SamplingParams built
+from the config, log-prob extraction for the importance-sampling correction, structured outputs) runs unchanged;
+only three things differ:
 - no second engine: the attached one is used, built once from the same weights;
 - `sync_weights` hands the current weights over in memory (merged LoRA reloaded in place on CPU, a LoRARequest with
   a fresh id on CUDA: see slimrl.generation.vllm_engine), and every `generate` checks again that the engine holds
@@ -25,10 +26,12 @@ import contextlib
 import contextvars
 import functools
 import logging
+import os
 import warnings
 
 from ..generation.vllm_engine import engine_of, warn_unused
 from ..state import config_state, user_fields
+from . import vllm_server
 
 logger = logging.getLogger("slimrl")
 
@@ -113,6 +116,7 @@ def _prepare_config(model, args) -> None:
     """Before TRL's __init__: use the engine when there is one (use_vllm), and say what does not apply."""
     engine = engine_of(model)
     given = user_fields(args)
+    vllm_server.check_server_sync(args)
     if engine is None:
         if getattr(args, "vllm_sampling_params", None) is not None and not args.use_vllm:
             warnings.warn("vllm_sampling_params is set but use_vllm=False: it has no effect.", UserWarning,
@@ -186,14 +190,22 @@ def make_vllm_generation(original):
                 if self.sleep_between:
                     self.engine.sleep()
 
+    server_class = vllm_server.make_server_adapter_class(original)
+
     @functools.wraps(original)
     def VLLMGeneration(*args, model=None, **kwargs):  # noqa: N802 (stands in for TRL's class)
         engine = engine_of(model) if model is not None else None
+        trainer_args = _TRAINER_ARGS.get()
+        if kwargs.get("mode") == "server" and vllm_server.uses_adapter_sync(trainer_args, model,
+                                                                            kwargs.get("accelerator")):
+            root = os.path.join(getattr(trainer_args, "output_dir", None) or ".", vllm_server.ADAPTER_FOLDER)
+            return server_class(root, *args, model=model, **kwargs)
         if engine is None or kwargs.get("mode", "colocate") != "colocate":
             return original(*args, model=model, **kwargs)
-        state = config_state(_TRAINER_ARGS.get(), create=False)
+        state = config_state(trainer_args, create=False)
         sleep, overrides = (True, {}) if state is None else (state.sleep_between_rollouts, state.sampling_overrides)
         return EngineVLLMGeneration(engine, sleep, overrides, model=model, **kwargs)
 
     VLLMGeneration.engine_class = EngineVLLMGeneration
+    VLLMGeneration.server_class = server_class
     return VLLMGeneration
