@@ -36,11 +36,13 @@ def _embedded_model() -> str:
 
 
 def _load_line() -> str:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    """The load, and the threads `slimrl grpo|ppo|dpo|orpo|kto` would take under it (slimrl/machine.py)."""
+    from slimrl.machine import busy_thread_settings, describe, other_running_jobs, usable_cores
+
+    others, cores = other_running_jobs(), usable_cores()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    verdict = "quiet" if load < 0.5 * cores else ("busy: other jobs share the cores; expect slower steps, and run one "
-                                                  "heavy torch process per core" if load > cores else "in use")
-    return f"load average {load:.1f} on {cores} cores ({verdict})"
+    return (f"load average {load:.1f}; training commands: "
+            f"{describe(others, cores, busy_thread_settings(others, cores, os.environ))}")
 
 
 def report() -> dict:

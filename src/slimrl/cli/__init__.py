@@ -1,7 +1,8 @@
 """The `slimrl` command: `grpo`, `ppo`, `dpo`, `orpo`, `kto` (train), `generate` / `chat` (try an adapter), `export`
 (merged / GGUF / Hub), `doctor` (environment report).
 
-Choices made: the entry point is `slimrl.cli:main(argv=None) -> int`, callable in-process (tests run `main([...])`).
+Choices made: the executable is `slimrl.cli:run` (the busy-machine thread settings, then `main`);
+`main(argv=None) -> int` is callable in-process (tests run `main([...])`) and leaves the environment alone.
 Subcommands are dispatched on the first word so `slimrl grpo` can use TRL's own TrlParser (GRPOConfig flags and
 `--config run.yaml`), while the small subcommands use argparse; every parser shows each flag's default in --help.
 Heavy imports (torch, trl) happen inside the subcommand that needs them: `slimrl --help` is instant.
@@ -54,6 +55,23 @@ def _small_parser(command: str) -> argparse.ArgumentParser:
 
         add_export_arguments(parser)
     return parser
+
+
+TRAINING_COMMANDS = ("grpo", "ppo", "dpo", "orpo", "kto")
+
+
+def run() -> int:
+    """The `slimrl` executable: a training command on a machine other jobs share gets the thread settings that
+    degrade least, before torch is imported (slimrl/machine.py); then `main`."""
+    argv = sys.argv[1:]
+    if argv and argv[0] in TRAINING_COMMANDS:
+        from slimrl.machine import adapt_threads_to_load
+        from slimrl.notices import notice
+
+        said = adapt_threads_to_load()
+        if said:
+            notice(said)
+    return main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

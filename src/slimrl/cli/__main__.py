@@ -1,5 +1,5 @@
 """`python -m slimrl.cli` = the `slimrl` command."""
 
-from slimrl.cli import main
+from slimrl.cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())
