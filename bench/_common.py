@@ -118,12 +118,19 @@ class OverallPeak:
 
 def run_self(args: list[str], threads: int, timeout: float | None = None) -> dict:
     """Run `python <this script> *args` in a fresh process pinned to `threads`; parse its last JSON line."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1",
-               HF_HUB_DISABLE_TELEMETRY="1", TOKENIZERS_PARALLELISM="false")
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        HF_HUB_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, os.path.abspath(sys.argv[0]), *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(sys.argv[0]), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{"):
             return json.loads(line)
@@ -157,8 +164,14 @@ def start_watchdog(limit_bytes: int, record: dict, state: dict) -> None:
             with open("/proc/self/statm") as f:
                 rss = int(f.read().split()[1]) * page
             if rss > limit_bytes:
-                out = dict(record, stopped=True, rss_at_stop=rss, limit=limit_bytes, step_base=state.get("base"),
-                           compute_loss_calls=len(state.get("losses", [])))
+                out = dict(
+                    record,
+                    stopped=True,
+                    rss_at_stop=rss,
+                    limit=limit_bytes,
+                    step_base=state.get("base"),
+                    compute_loss_calls=len(state.get("losses", [])),
+                )
                 os.write(1, (json.dumps(out) + "\n").encode())
                 os._exit(STOPPED_EXIT)
             time.sleep(0.01)

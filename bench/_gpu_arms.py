@@ -31,12 +31,33 @@ from _common import GiB, OverallPeak, step_timer
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 MODELS = {
-    "1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                 num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True),
-    "8b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-               num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False),
-    "smoke": dict(vocab_size=2048, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False),
+    "1.5b": dict(
+        vocab_size=151936,
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    ),
+    "8b": dict(
+        vocab_size=152064,
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        tie_word_embeddings=False,
+    ),
+    "smoke": dict(
+        vocab_size=2048,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+    ),
 }
 ARMS = ("stock", "slimrl", "slimrl-offload", "stock-offload")
 FILLER_START = 200  # ids above the tokenizer's named tokens (specials, symbols, words)
@@ -47,8 +68,15 @@ def build_model(name: str, device: str, max_positions: int):
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    config = Qwen2Config(**MODELS[name], max_position_embeddings=max_positions, rope_theta=1e6, rms_norm_eps=1e-6,
-                         pad_token_id=0, eos_token_id=2, bos_token_id=None)
+    config = Qwen2Config(
+        **MODELS[name],
+        max_position_embeddings=max_positions,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=None,
+    )
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     with torch.device(device):
@@ -81,8 +109,9 @@ def synthetic_rollouts(model, length: int, vocab: int, seed: int = 0) -> None:
     generator = torch.Generator(device=model.device).manual_seed(seed)
 
     def generate(self, input_ids=None, **_ignored):
-        new = torch.randint(FILLER_START, vocab, (input_ids.shape[0], length), device=input_ids.device,
-                            generator=generator)
+        new = torch.randint(
+            FILLER_START, vocab, (input_ids.shape[0], length), device=input_ids.device, generator=generator
+        )
         return torch.cat([input_ids, new], dim=1)
 
     model.generate = types.MethodType(generate, model)
@@ -108,8 +137,12 @@ class Meter:
         if not self.cuda:
             return {"peak": self.overall.stop(), "reserved": None, "resident": None}
         cuda = self.torch.cuda
-        return {"peak": cuda.max_memory_allocated(), "reserved": cuda.max_memory_reserved(),
-                "resident": self.resident, "device_total": cuda.get_device_properties(0).total_memory}
+        return {
+            "peak": cuda.max_memory_allocated(),
+            "reserved": cuda.max_memory_reserved(),
+            "resident": self.resident,
+            "device_total": cuda.get_device_properties(0).total_memory,
+        }
 
 
 def environment(device: str) -> dict:
@@ -118,8 +151,12 @@ def environment(device: str) -> dict:
     import trl
 
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
-    return {"device": name, "torch": torch.__version__, "transformers": transformers.__version__,
-            "trl": trl.__version__}
+    return {
+        "device": name,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+    }
 
 
 def run_measured(trainer, meter: Meter, record: dict) -> dict:
@@ -136,10 +173,16 @@ def run_measured(trainer, meter: Meter, record: dict) -> dict:
         return dict(record, oom=True, error=str(exc).splitlines()[0], **meter.read())
     timed = timer.times[1:] or timer.times
     logs = trainer.state.log_history
-    return dict(record, oom=False, steps=len(timer.times), s_per_step=sum(timed) / max(len(timed), 1),
-                wall=time.perf_counter() - start, losses=[h["loss"] for h in logs if "loss" in h],
-                mean_length=[h["completions/mean_length"] for h in logs if "completions/mean_length" in h],
-                **meter.read())
+    return dict(
+        record,
+        oom=False,
+        steps=len(timer.times),
+        s_per_step=sum(timed) / max(len(timed), 1),
+        wall=time.perf_counter() - start,
+        losses=[h["loss"] for h in logs if "loss" in h],
+        mean_length=[h["completions/mean_length"] for h in logs if "completions/mean_length" in h],
+        **meter.read(),
+    )
 
 
 def child_grpo(arm: str, model_name: str, length: int, rows: int, steps: int, rollouts: str, device: str) -> dict:
@@ -160,19 +203,38 @@ def child_grpo(arm: str, model_name: str, length: int, rows: int, steps: int, ro
         extra["generation_kwargs"] = {"min_new_tokens": length}
     else:
         raise ValueError(f"rollouts must be 'synthetic' or 'generate', not {rollouts!r}")
-    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="slimrl-gpu-bench-"), per_device_train_batch_size=rows,
-                      num_generations=rows, max_completion_length=length, max_steps=steps, logging_steps=1,
-                      save_strategy="no", report_to=[], learning_rate=1e-5, seed=0, use_cpu=device == "cpu",
-                      bf16=device == "cuda", gradient_checkpointing=True, **extra)
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="slimrl-gpu-bench-"),
+        per_device_train_batch_size=rows,
+        num_generations=rows,
+        max_completion_length=length,
+        max_steps=steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        learning_rate=1e-5,
+        seed=0,
+        use_cpu=device == "cpu",
+        bf16=device == "cuda",
+        gradient_checkpointing=True,
+        **extra,
+    )
     lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
     meter = Meter(device)
-    trainer = GRPOTrainer(model=model, reward_funcs=checksum_reward, args=args, processing_class=tiny_tokenizer(vocab),
-                          train_dataset=Dataset.from_dict({"prompt": [PROMPT] * (steps + 1)}), peft_config=lora)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=checksum_reward,
+        args=args,
+        processing_class=tiny_tokenizer(vocab),
+        train_dataset=Dataset.from_dict({"prompt": [PROMPT] * (steps + 1)}),
+        peft_config=lora,
+    )
     return run_measured(trainer, meter, record)
 
 
-def child_preference(arm: str, trainer_name: str, model_name: str, length: int, pairs: int, steps: int,
-                     device: str) -> dict:
+def child_preference(
+    arm: str, trainer_name: str, model_name: str, length: int, pairs: int, steps: int, device: str
+) -> dict:
     """DPO / ORPO (any of preference_memory's trainers) on rows of exactly `length` tokens, `pairs` pairs per step."""
     from peft import LoraConfig
     from preference_memory import make_dataset, trl_classes
@@ -180,22 +242,37 @@ def child_preference(arm: str, trainer_name: str, model_name: str, length: int, 
 
     from slimrl.testing import tiny_tokenizer
 
-    record = {"kind": "pref", "arm": arm, "trainer": trainer_name, "model": model_name, "length": length,
-              "rows": pairs}
+    record = {"kind": "pref", "arm": arm, "trainer": trainer_name, "model": model_name, "length": length, "rows": pairs}
     model = build_model(model_name, device, max_positions=max(4096, length))
     extra = prepare_arm(arm, trainer_name, model)
     config_cls, trainer_cls = trl_classes(trainer_name)
     vocab = MODELS[model_name]["vocab_size"]
     tok = tiny_tokenizer(vocab)
     tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # one token per filler word
-    args = config_cls(output_dir=tempfile.mkdtemp(prefix="slimrl-gpu-bench-"), per_device_train_batch_size=pairs,
-                      max_steps=steps, max_length=length, logging_steps=1, save_strategy="no", report_to="none",
-                      learning_rate=1e-4, seed=0, use_cpu=device == "cpu", bf16=device == "cuda",
-                      gradient_checkpointing=True, **extra)
+    args = config_cls(
+        output_dir=tempfile.mkdtemp(prefix="slimrl-gpu-bench-"),
+        per_device_train_batch_size=pairs,
+        max_steps=steps,
+        max_length=length,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        learning_rate=1e-4,
+        seed=0,
+        use_cpu=device == "cpu",
+        bf16=device == "cuda",
+        gradient_checkpointing=True,
+        **extra,
+    )
     lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
     meter = Meter(device)
-    trainer = trainer_cls(model=model, args=args, processing_class=tok, peft_config=lora,
-                          train_dataset=make_dataset(trainer_name, tok, vocab, length, pairs, steps))
+    trainer = trainer_cls(
+        model=model,
+        args=args,
+        processing_class=tok,
+        peft_config=lora,
+        train_dataset=make_dataset(trainer_name, tok, vocab, length, pairs, steps),
+    )
     return run_measured(trainer, meter, record)
 
 

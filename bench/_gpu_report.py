@@ -52,21 +52,44 @@ def _run_lines(rows: list[dict], label) -> list[list[str]]:
         stock, status = _stock_of(rows, row), _status(row)
         loss = f"{row['losses'][-1]:.4g}" if row.get("losses") else "n/a"
         cells = [_gib(row.get("peak")), _gib(row.get("reserved"))]
-        cells += [status] * 3 if status else [f"{row['s_per_step']:.2f}", _ratio(row, stock, "peak"),
-                                              _ratio(row, stock, "s_per_step")]
+        cells += (
+            [status] * 3
+            if status
+            else [f"{row['s_per_step']:.2f}", _ratio(row, stock, "peak"), _ratio(row, stock, "s_per_step")]
+        )
         lines.append([*label(row), row["arm"], *cells, loss])
     return lines
 
 
 def grpo_table(rows: list[dict]) -> str:
-    head = ["model", "completion", "rollouts", "arm", "peak GiB", "reserved GiB", "s/step", "peak ratio",
-            "time ratio", "last loss"]
+    head = [
+        "model",
+        "completion",
+        "rollouts",
+        "arm",
+        "peak GiB",
+        "reserved GiB",
+        "s/step",
+        "peak ratio",
+        "time ratio",
+        "last loss",
+    ]
     return _table(head, _run_lines(rows, lambda r: [r["model"], f"{r['rows']} x {r['length']}", r["rollouts"]]))
 
 
 def pref_table(rows: list[dict]) -> str:
-    head = ["model", "trainer", "tokens", "arm", "peak GiB", "reserved GiB", "s/step", "peak ratio", "time ratio",
-            "last loss"]
+    head = [
+        "model",
+        "trainer",
+        "tokens",
+        "arm",
+        "peak GiB",
+        "reserved GiB",
+        "s/step",
+        "peak ratio",
+        "time ratio",
+        "last loss",
+    ]
     return _table(head, _run_lines(rows, lambda r: [r["model"], r["trainer"], f"{r['rows']} x {r['length']}"]))
 
 
@@ -95,36 +118,58 @@ def bisect_table(rows: list[dict]) -> str:
 
 def targets_table(rows: list[dict]) -> str:
     def find(kind, arm, **kw):
-        return next((r for r in rows if r["kind"] == kind and r["arm"] == arm and r["model"] == TARGET_MODEL
-                     and all(r.get(k) == v for k, v in kw.items())), None)
+        return next(
+            (
+                r
+                for r in rows
+                if r["kind"] == kind
+                and r["arm"] == arm
+                and r["model"] == TARGET_MODEL
+                and all(r.get(k) == v for k, v in kw.items())
+            ),
+            None,
+        )
 
     run, stock = find("grpo", TARGET_ARM, length=TARGET_LENGTH), find("grpo", "stock", length=TARGET_LENGTH)
     fit, stock_fit = find("bisect", TARGET_ARM), find("bisect", "stock")
-    measured = {"peak": _ratio(run, stock, "peak") if run else "n/a",
-                "time": _ratio(run, stock, "s_per_step") if run else "n/a",
-                "longest": "n/a"}
+    measured = {
+        "peak": _ratio(run, stock, "peak") if run else "n/a",
+        "time": _ratio(run, stock, "s_per_step") if run else "n/a",
+        "longest": "n/a",
+    }
     if fit and stock_fit and fit["longest"] and stock_fit["longest"]:
         measured["longest"] = f"{fit['longest'] / stock_fit['longest']:.2f}"
-    names = {"peak": "GRPO peak <= 0.5x stock (8B-class, 8 x 8K, offload on)",
-             "time": "GRPO s/step <= 1.05x stock (same run)",
-             "longest": "longest completion that fits >= 3x stock's (8B-class, offload on)"}
+    names = {
+        "peak": "GRPO peak <= 0.5x stock (8B-class, 8 x 8K, offload on)",
+        "time": "GRPO s/step <= 1.05x stock (same run)",
+        "longest": "longest completion that fits >= 3x stock's (8B-class, offload on)",
+    }
     lines = []
     for key, bound in TARGETS.items():
         value = measured[key]
-        met = "not measured" if value == "n/a" else (
-            "met" if (float(value) >= bound if key == "longest" else float(value) <= bound) else "NOT met")
+        met = (
+            "not measured"
+            if value == "n/a"
+            else ("met" if (float(value) >= bound if key == "longest" else float(value) <= bound) else "NOT met")
+        )
         lines.append([names[key], value, met])
     return _table(["target (issue 18)", "measured ratio", "verdict"], lines)
 
 
 def render(rows: list[dict]) -> str:
-    envs = sorted({(r.get("device"), r.get("torch"), r.get("transformers"), r.get("trl")) for r in rows
-                   if r.get("device")}, key=str)
-    header = ["# slimrl vs stock TRL on " + ("; ".join(f"{d} (torch {t}, transformers {tf}, trl {trl})"
-                                                      for d, t, tf, trl in envs) or "an unknown device")]
-    parts = [("GRPO, LoRA r=16, bf16 (fp32 on CPU), gradient checkpointing", "grpo", grpo_table),
-             ("Longest GRPO completion that fits (8 rows, one step, synthetic rollouts)", "bisect", bisect_table),
-             ("DPO / ORPO, LoRA r=16, bf16 (fp32 on CPU), gradient checkpointing", "pref", pref_table)]
+    envs = sorted(
+        {(r.get("device"), r.get("torch"), r.get("transformers"), r.get("trl")) for r in rows if r.get("device")},
+        key=str,
+    )
+    header = [
+        "# slimrl vs stock TRL on "
+        + ("; ".join(f"{d} (torch {t}, transformers {tf}, trl {trl})" for d, t, tf, trl in envs) or "an unknown device")
+    ]
+    parts = [
+        ("GRPO, LoRA r=16, bf16 (fp32 on CPU), gradient checkpointing", "grpo", grpo_table),
+        ("Longest GRPO completion that fits (8 rows, one step, synthetic rollouts)", "bisect", bisect_table),
+        ("DPO / ORPO, LoRA r=16, bf16 (fp32 on CPU), gradient checkpointing", "pref", pref_table),
+    ]
     for title, kind, table in parts:
         selected = [r for r in rows if r.get("kind") == kind]
         if selected:

@@ -39,16 +39,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 # model presets: (model kwargs for slimrl.testing.tiny_llama or "embedded", GRPOConfig geometry)
 PRESETS = {
-    "tiny": (dict(vocab_size=512, hidden_size=32, num_layers=2),
-             dict(per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=1,
-                  max_completion_length=8)),
-    "small": (dict(vocab_size=4096, hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=4,
-                   intermediate_size=1024),
-              dict(per_device_train_batch_size=8, num_generations=8, gradient_accumulation_steps=2,
-                   max_completion_length=32)),
-    "embedded": ("smollm2-135m",  # `slimrl grpo`'s CLI defaults: 2 prompts x 8 completions, 16 new tokens
-                 dict(per_device_train_batch_size=8, num_generations=8, gradient_accumulation_steps=2,
-                      max_completion_length=16)),
+    "tiny": (
+        dict(vocab_size=512, hidden_size=32, num_layers=2),
+        dict(per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=1, max_completion_length=8),
+    ),
+    "small": (
+        dict(vocab_size=4096, hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=4, intermediate_size=1024),
+        dict(per_device_train_batch_size=8, num_generations=8, gradient_accumulation_steps=2, max_completion_length=32),
+    ),
+    "embedded": (
+        "smollm2-135m",  # `slimrl grpo`'s CLI defaults: 2 prompts x 8 completions, 16 new tokens
+        dict(per_device_train_batch_size=8, num_generations=8, gradient_accumulation_steps=2, max_completion_length=16),
+    ),
 }
 
 
@@ -85,16 +87,33 @@ def _build_trainer(preset: str, steps: int, timer):
         model, tokenizer = FastLanguageModel.from_pretrained(model_spec, max_seq_length=512)
     else:
         model, tokenizer = tiny_llama(0, **model_spec), tiny_tokenizer(model_spec["vocab_size"])
-    model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16, random_state=0,
-                                             use_gradient_checkpointing=False)
+    model = FastLanguageModel.get_peft_model(
+        model, r=16, lora_alpha=16, random_state=0, use_gradient_checkpointing=False
+    )
     prompts = [f"What is {a} + {b}? Answer:" for a in range(10) for b in range(10)]
-    config = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="busy-"), max_steps=steps, learning_rate=2e-4,
-                        beta=0.04, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False,
-                        seed=0, disable_tqdm=True, **geometry)
+    config = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="busy-"),
+        max_steps=steps,
+        learning_rate=2e-4,
+        beta=0.04,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        disable_tqdm=True,
+        **geometry,
+    )
     torch.manual_seed(0)
-    return GRPOTrainer(model=model, reward_funcs=length_reward,
-                       args=config, train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tokenizer,
-                       callbacks=[timer])
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=length_reward,
+        args=config,
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
 
 
 def worker(spec: dict) -> None:
@@ -106,7 +125,7 @@ def worker(spec: dict) -> None:
     timer = step_timer()
     trainer = _build_trainer(spec["preset"], spec["warmup"] + spec["steps"], timer)
     trainer.train()
-    measured = timer.times[spec["warmup"]:]
+    measured = timer.times[spec["warmup"] :]
     print(json.dumps({"times": measured, "median": statistics.median(measured), "threads": torch.get_num_threads()}))
 
 
@@ -143,14 +162,21 @@ def run_arm(arm: str, busy: int, opts, base_env: dict, cores) -> dict:
     rivals, reports = [], []
     for i in range(busy):
         reports.append(os.path.join(tempfile.mkdtemp(prefix="busy-rival-"), f"rival{i}.json"))
-        rivals.append(_spawn(["--_compete", opts.competitor, "--_report", reports[-1]], arm_env("default", base_env),
-                             cores))
+        rivals.append(
+            _spawn(["--_compete", opts.competitor, "--_report", reports[-1]], arm_env("default", base_env), cores)
+        )
     if rivals:
         time.sleep(opts.ramp)
     spec = {"preset": opts.model, "steps": opts.steps, "warmup": opts.warmup}
     try:
-        proc = _spawn(["--_worker", json.dumps(spec)], arm_env(arm, base_env), cores, stdout=subprocess.PIPE,
-                      stderr=subprocess.PIPE, text=True)
+        proc = _spawn(
+            ["--_worker", json.dumps(spec)],
+            arm_env(arm, base_env),
+            cores,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         out, err = proc.communicate(timeout=opts.timeout)
     finally:
         for rival in rivals:  # only the processes this script started, by their own handle
@@ -182,15 +208,24 @@ def summarize(results: dict, arms: list[str], competitors: int) -> list[dict]:
         quiet = statistics.median(r["median"] for r in results[arm]["quiet"])
         busy = statistics.median(r["median"] for r in results[arm]["busy"])
         rates = [r["rival_rate"] for r in results[arm]["busy"] if r["rival_rate"] is not None]
-        rows.append({"arm": arm, "threads": results[arm]["quiet"][0]["threads"], "quiet_s": quiet, "busy_s": busy,
-                     "slowdown": busy / quiet, "rival_rate": statistics.median(rates) if rates else None,
-                     "competitors": competitors})
+        rows.append(
+            {
+                "arm": arm,
+                "threads": results[arm]["quiet"][0]["threads"],
+                "quiet_s": quiet,
+                "busy_s": busy,
+                "slowdown": busy / quiet,
+                "rival_rate": statistics.median(rates) if rates else None,
+                "competitors": competitors,
+            }
+        )
     return rows
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--model", choices=list(PRESETS), default="small")
     parser.add_argument("--competitors", type=int, default=2, help="competing processes in the busy runs")
     parser.add_argument("--competitor", choices=("torch", "spin"), default="torch")
@@ -216,10 +251,11 @@ def main() -> int:
     if opts.quick:
         opts.model, opts.competitors, opts.steps, opts.warmup, opts.repeats, opts.ramp = "tiny", 1, 1, 1, 1, 0.5
         opts.arms = opts.arms or ["default", "passive", "threads=1"]
-    opts.output = opts.output or os.path.join(ROOT, "bench", "results",
-                                              "busy_machine_quick.json" if opts.quick else "busy_machine.json")
+    opts.output = opts.output or os.path.join(
+        ROOT, "bench", "results", "busy_machine_quick.json" if opts.quick else "busy_machine.json"
+    )
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count()))
-    cores = allowed[:opts.cores] if opts.cores else None
+    cores = allowed[: opts.cores] if opts.cores else None
     arms = opts.arms or default_arms(len(cores or allowed))
     base_env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", TOKENIZERS_PARALLELISM="false")
     base_env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + base_env.get("PYTHONPATH", "")
@@ -238,14 +274,24 @@ def main() -> int:
     print("|---|---|---|---|---|---|")
     for r in rows:
         rate = f"{r['rival_rate']:.2f}" if r["rival_rate"] is not None else "-"
-        print(f"| {r['arm']} | {r['threads']} | {r['quiet_s']:.3f} | {r['busy_s']:.3f} | {r['slowdown']:.2f}x | "
-              f"{rate} |")
+        print(
+            f"| {r['arm']} | {r['threads']} | {r['quiet_s']:.3f} | {r['busy_s']:.3f} | {r['slowdown']:.2f}x | {rate} |"
+        )
     print(f"\nleast degraded beside {opts.competitors} {opts.competitor} competitors: {best['arm']}")
     os.makedirs(os.path.dirname(opts.output), exist_ok=True)
     with open(opts.output, "w") as f:
-        json.dump({"options": {k: v for k, v in vars(opts).items() if not k.startswith("_")}, "cores":
-                   len(cores or allowed), "load_before": load, "rows": rows, "raw": results, "best": best["arm"]},
-                  f, indent=2)
+        json.dump(
+            {
+                "options": {k: v for k, v in vars(opts).items() if not k.startswith("_")},
+                "cores": len(cores or allowed),
+                "load_before": load,
+                "rows": rows,
+                "raw": results,
+                "best": best["arm"],
+            },
+            f,
+            indent=2,
+        )
     return 0
 
 

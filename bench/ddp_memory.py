@@ -45,11 +45,34 @@ def child(arm: str, vocab: int, completion: int, steps: int, device: str) -> Non
 
 def launch(arm: str, nproc: int, vocab: int, completion: int, steps: int, threads: int, device: str) -> dict:
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               os.path.abspath(__file__), "--child", arm, "--vocab", str(vocab), "--completion", str(completion),
-               "--steps", str(steps), "--threads", str(threads), "--device", device]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        os.path.abspath(__file__),
+        "--child",
+        arm,
+        "--vocab",
+        str(vocab),
+        "--completion",
+        str(completion),
+        "--steps",
+        str(steps),
+        "--threads",
+        str(threads),
+        "--device",
+        device,
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     for line in reversed(done.stdout.splitlines()):
         if line.startswith('{"ranks"'):
@@ -58,8 +81,10 @@ def launch(arm: str, nproc: int, vocab: int, completion: int, steps: int, thread
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| vocab | C | processes | arm | per-rank peak MiB | per-rank working MiB | all-reduced per step |",
-             "|---:|---:|---:|---|---:|---:|---:|"]
+    lines = [
+        "| vocab | C | processes | arm | per-rank peak MiB | per-rank working MiB | all-reduced per step |",
+        "|---:|---:|---:|---|---:|---:|---:|",
+    ]
     for row in rows:
         if "error" in row["result"]:
             lines.append(f"| {row['vocab']} | {row['completion']} | {row['nproc']} | {row['arm']} | error | | |")
@@ -67,8 +92,10 @@ def table(rows: list[dict]) -> str:
         ranks = row["result"]["ranks"]
         peaks = " / ".join(f"{r['peak'] / MiB:.0f}" for r in ranks)
         working = " / ".join(f"{r['working'] / MiB:.0f}" for r in ranks)
-        lines.append(f"| {row['vocab']} | {row['completion']} | {row['nproc']} | {row['arm']} | {peaks} | {working} "
-                     f"| {ranks[0]['grad_bytes'] / MiB:.2f} MiB |")
+        lines.append(
+            f"| {row['vocab']} | {row['completion']} | {row['nproc']} | {row['arm']} | {peaks} | {working} "
+            f"| {ranks[0]['grad_bytes'] / MiB:.2f} MiB |"
+        )
     return "\n".join(lines)
 
 
@@ -97,8 +124,10 @@ def main(argv=None) -> int:
                     result = launch(arm, nproc, vocab, completion, a.steps, a.threads, a.device)
                     rows.append(dict(vocab=vocab, completion=completion, nproc=nproc, arm=arm, result=result))
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print(f"# GRPO per rank under DDP (torchrun), tiny Llama 4x256, LoRA r=16, G=8 per rank, {a.steps} step(s), "
-          f"{a.device}, {a.threads} thread(s) per process")
+    print(
+        f"# GRPO per rank under DDP (torchrun), tiny Llama 4x256, LoRA r=16, G=8 per rank, {a.steps} step(s), "
+        f"{a.device}, {a.threads} thread(s) per process"
+    )
     print(table(rows))
     return 0
 

@@ -24,8 +24,13 @@ def main() -> int:
     parser.add_argument("--output_dir", default="outputs/bench-embedded-grpo")
     parser.add_argument("extra", nargs="*", help="extra flags for slimrl grpo (after --)")
     args = parser.parse_args()
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
-               HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1")
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(args.threads),
+        MKL_NUM_THREADS=str(args.threads),
+        HF_HUB_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+    )
     env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "slimrl.cli", "grpo", "--output_dir", args.output_dir, *args.extra]
     print("$", " ".join(cmd), flush=True)
@@ -48,20 +53,27 @@ def main() -> int:
         return round(sum(vals) / len(vals), 3) if vals else None
 
     result = {
-        "command": " ".join(cmd), "threads": args.threads, "wall_seconds": round(wall, 1),
-        "train_seconds": summary.get("train_seconds"), "steps": len(steps),
-        "accuracy_before": summary.get("accuracy_before"), "accuracy_after": summary.get("accuracy_after"),
+        "command": " ".join(cmd),
+        "threads": args.threads,
+        "wall_seconds": round(wall, 1),
+        "train_seconds": summary.get("train_seconds"),
+        "steps": len(steps),
+        "accuracy_before": summary.get("accuracy_before"),
+        "accuracy_after": summary.get("accuracy_after"),
         "eval_n": (summary.get("eval_after") or {}).get("n"),
-        "reward_first_steps": mean("reward", steps[:k]), "reward_last_steps": mean("reward", steps[-k:]),
+        "reward_first_steps": mean("reward", steps[:k]),
+        "reward_last_steps": mean("reward", steps[-k:]),
         "format_first_steps": mean("rewards/format_reward/mean", steps[:k]),
         "format_last_steps": mean("rewards/format_reward/mean", steps[-k:]),
         "correct_first_steps": mean("rewards/correctness_reward/mean", steps[:k]),
         "correct_last_steps": mean("rewards/correctness_reward/mean", steps[-k:]),
         "closeness_first_steps": mean("rewards/closeness_reward/mean", steps[:k]),
         "closeness_last_steps": mean("rewards/closeness_reward/mean", steps[-k:]),
-        "seconds_per_step": (round(summary["train_seconds"] / max(1, len(steps)), 1)
-                             if summary.get("train_seconds") else None),
-        "kl_last": steps[-1].get("kl") if steps else None, "steps_averaged": k,
+        "seconds_per_step": (
+            round(summary["train_seconds"] / max(1, len(steps)), 1) if summary.get("train_seconds") else None
+        ),
+        "kl_last": steps[-1].get("kl") if steps else None,
+        "steps_averaged": k,
     }
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "results", "embedded_grpo.json"), "w") as f:

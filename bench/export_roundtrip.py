@@ -36,8 +36,10 @@ def _answers(model, tokenizer, prompts, max_new_tokens):
 
 
 def _prefix_agrees(tokenizer, a: str, b: str, tokens: int) -> bool:
-    return tokenizer(a, add_special_tokens=False).input_ids[:tokens] == \
-        tokenizer(b, add_special_tokens=False).input_ids[:tokens]
+    return (
+        tokenizer(a, add_special_tokens=False).input_ids[:tokens]
+        == tokenizer(b, add_special_tokens=False).input_ids[:tokens]
+    )
 
 
 def main() -> None:
@@ -62,10 +64,16 @@ def main() -> None:
 
     dtype = getattr(torch, args.dtype)
     adapter, tokenizer, info = load_adapter(args.adapter, dtype=args.dtype)
-    options = {k: v for k, v in (info.get("task_info") or {}).items() if k in ("max_operand", "operations",
-                                                                               "num_examples")}
-    task = get_builtin_task(info.get("task") or "arithmetic", num_train_samples=8, num_eval_samples=args.n,
-                            seed=info.get("seed", 42), **options)
+    options = {
+        k: v for k, v in (info.get("task_info") or {}).items() if k in ("max_operand", "operations", "num_examples")
+    }
+    task = get_builtin_task(
+        info.get("task") or "arithmetic",
+        num_train_samples=8,
+        num_eval_samples=args.n,
+        seed=info.get("seed", 42),
+        **options,
+    )
     prompts = list(task.eval_dataset["prompt"])
     max_new = info.get("max_completion_length") or 16
     columns = {k: list(task.eval_dataset[k]) for k in task.eval_dataset.column_names if k != "prompt"}
@@ -78,9 +86,14 @@ def main() -> None:
     reference_scores = scores(reference)
     with adapter.disable_adapter():  # how far the adapter moved the base: the bar the exports are read against
         base = _answers(adapter, tokenizer, prompts, max_new)
-    results = {"adapter": {"accuracy": sum(reference_scores) / len(prompts), "n": len(prompts),
-                           "base_exact": sum(a == b for a, b in zip(base, reference)),
-                           "base_accuracy": sum(scores(base)) / len(prompts)}}
+    results = {
+        "adapter": {
+            "accuracy": sum(reference_scores) / len(prompts),
+            "n": len(prompts),
+            "base_exact": sum(a == b for a, b in zip(base, reference)),
+            "base_accuracy": sum(scores(base)) / len(prompts),
+        }
+    }
     candidates = [(p, "gguf") for p in args.gguf] + [(p, "merged") for p in args.merged]
     for path, kind in candidates:
         if kind == "gguf":
@@ -90,7 +103,8 @@ def main() -> None:
         texts = _answers(model.eval(), model_tokenizer, prompts, max_new)
         got = scores(texts)
         results[path] = {
-            "bytes": _sizes(path), "accuracy": sum(got) / len(prompts),
+            "bytes": _sizes(path),
+            "accuracy": sum(got) / len(prompts),
             "exact": sum(a == b for a, b in zip(texts, reference)),
             "prefix": sum(_prefix_agrees(tokenizer, a, b, args.prefix_tokens) for a, b in zip(texts, reference)),
             "same_score": sum(a == b for a, b in zip(got, reference_scores)),

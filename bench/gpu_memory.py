@@ -102,8 +102,18 @@ def _search(fits, start: int, resolution: int, maximum: int, step: int) -> tuple
 
 def guess_longest(rows: list[dict], model: str, arm: str, resolution: int) -> int | None:
     """Length where a linear fit of the reserved peak (GRPO rows of `model`/`arm`) reaches the GPU's memory."""
-    points = sorted({(r["length"], r["reserved"]) for r in rows if r.get("kind") == "grpo" and r["model"] == model
-                     and r["arm"] == arm and not r.get("oom") and r.get("reserved") and "error" not in r})
+    points = sorted(
+        {
+            (r["length"], r["reserved"])
+            for r in rows
+            if r.get("kind") == "grpo"
+            and r["model"] == model
+            and r["arm"] == arm
+            and not r.get("oom")
+            and r.get("reserved")
+            and "error" not in r
+        }
+    )
     if len(points) < 2:
         return None
     (l0, p0), (l1, p1) = points[0], points[-1]
@@ -158,24 +168,86 @@ def run_parts(a) -> list[dict]:
         if "grpo" in a.only:
             for length in a.lengths:
                 for arm in a.arms:
-                    base = {"kind": "grpo", "arm": arm, "model": model, "length": length, "rows": a.rows,
-                            "rollouts": a.rollouts}
-                    add(dict(base, **(clock.run(["--child", "grpo", "--arm", arm, "--model", model, "--length",
-                                                 str(length), "--rows", str(a.rows), "--steps", str(a.steps),
-                                                 "--rollouts", a.rollouts, *common], a.threads, a.timeout)
-                                       or SKIPPED)))
+                    base = {
+                        "kind": "grpo",
+                        "arm": arm,
+                        "model": model,
+                        "length": length,
+                        "rows": a.rows,
+                        "rollouts": a.rollouts,
+                    }
+                    add(
+                        dict(
+                            base,
+                            **(
+                                clock.run(
+                                    [
+                                        "--child",
+                                        "grpo",
+                                        "--arm",
+                                        arm,
+                                        "--model",
+                                        model,
+                                        "--length",
+                                        str(length),
+                                        "--rows",
+                                        str(a.rows),
+                                        "--steps",
+                                        str(a.steps),
+                                        "--rollouts",
+                                        a.rollouts,
+                                        *common,
+                                    ],
+                                    a.threads,
+                                    a.timeout,
+                                )
+                                or SKIPPED
+                            ),
+                        )
+                    )
         if "bisect" in a.only:
             for arm in a.arms:
                 add(bisect_arm(a, model, arm, known + rows, common, clock, add))
         if "pref" in a.only:
             for trainer in a.pref_trainers:
                 for arm in a.arms:
-                    base = {"kind": "pref", "arm": arm, "trainer": trainer, "model": model,
-                            "length": a.pref_length, "rows": a.pref_pairs}
-                    add(dict(base, **(clock.run(["--child", "pref", "--arm", arm, "--trainer", trainer, "--model",
-                                                 model, "--length", str(a.pref_length), "--rows",
-                                                 str(a.pref_pairs), "--steps", str(a.steps), *common],
-                                                a.threads, a.timeout) or SKIPPED)))
+                    base = {
+                        "kind": "pref",
+                        "arm": arm,
+                        "trainer": trainer,
+                        "model": model,
+                        "length": a.pref_length,
+                        "rows": a.pref_pairs,
+                    }
+                    add(
+                        dict(
+                            base,
+                            **(
+                                clock.run(
+                                    [
+                                        "--child",
+                                        "pref",
+                                        "--arm",
+                                        arm,
+                                        "--trainer",
+                                        trainer,
+                                        "--model",
+                                        model,
+                                        "--length",
+                                        str(a.pref_length),
+                                        "--rows",
+                                        str(a.pref_pairs),
+                                        "--steps",
+                                        str(a.steps),
+                                        *common,
+                                    ],
+                                    a.threads,
+                                    a.timeout,
+                                )
+                                or SKIPPED
+                            ),
+                        )
+                    )
     return rows
 
 
@@ -183,8 +255,27 @@ def bisect_arm(a, model: str, arm: str, known: list[dict], common: list[str], cl
     outcomes: dict[int, dict] = {}
 
     def probe(length: int) -> bool | None:
-        out = clock.run(["--child", "grpo", "--arm", arm, "--model", model, "--length", str(length), "--rows",
-                         str(a.rows), "--steps", "1", "--rollouts", "synthetic", *common], a.threads, a.timeout)
+        out = clock.run(
+            [
+                "--child",
+                "grpo",
+                "--arm",
+                arm,
+                "--model",
+                model,
+                "--length",
+                str(length),
+                "--rows",
+                str(a.rows),
+                "--steps",
+                "1",
+                "--rollouts",
+                "synthetic",
+                *common,
+            ],
+            a.threads,
+            a.timeout,
+        )
         if out is None:
             return None
         outcomes[length] = out
@@ -197,16 +288,28 @@ def bisect_arm(a, model: str, arm: str, known: list[dict], common: list[str], cl
     failure = outcomes.get(found["first_failure"], {})
     reason = "OOM" if failure.get("oom") else failure.get("error", "")[:200] or None
     env = next((o for o in outcomes.values() if "device" in o), {})
-    return {"kind": "bisect", "arm": arm, "model": model, "rows": a.rows, "guess": guess, **found,
-            "failure_reason": reason, **{k: env.get(k) for k in ("device", "torch", "transformers", "trl")}}
+    return {
+        "kind": "bisect",
+        "arm": arm,
+        "model": model,
+        "rows": a.rows,
+        "guess": guess,
+        **found,
+        "failure_reason": reason,
+        **{k: env.get(k) for k in ("device", "torch", "transformers", "trl")},
+    }
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     p.add_argument("--models", nargs="+", default=["1.5b", "8b"], help="1.5b, 8b (smoke: the CPU toy)")
-    p.add_argument("--arms", nargs="+", default=["stock", "slimrl", "slimrl-offload"],
-                   help="stock, slimrl, slimrl-offload, stock-offload (transformers' own offload)")
+    p.add_argument(
+        "--arms",
+        nargs="+",
+        default=["stock", "slimrl", "slimrl-offload"],
+        help="stock, slimrl, slimrl-offload, stock-offload (transformers' own offload)",
+    )
     p.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192], help="GRPO completion tokens")
     p.add_argument("--rows", type=int, default=8, help="GRPO completions per step (one prompt, G = rows)")
     p.add_argument("--steps", type=int, default=2, help="optimizer steps; s/step is the mean after the first")
@@ -219,9 +322,13 @@ def main(argv=None) -> int:
     p.add_argument("--pref-length", type=int, default=4096)
     p.add_argument("--pref-pairs", type=int, default=2)
     p.add_argument("--timeout", type=float, default=540, help="seconds per child process")
-    p.add_argument("--deadline", type=float, default=570,
-                   help="seconds for the whole command: no child starts that would not end before it (the device "
-                        "tool stops a command at 600 s)")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=570,
+        help="seconds for the whole command: no child starts that would not end before it (the device "
+        "tool stops a command at 600 s)",
+    )
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--smoke", action="store_true", help=f"CPU, toy model, seconds: {SMOKE}")

@@ -65,18 +65,38 @@ def child_grpo(arm: str, vocab: int, completion: int, steps: int, device: str) -
 
     cuda = device == "cuda"
     tok = tiny_tokenizer(vocab)
-    model = tiny_llama(vocab_size=vocab, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,
-                       max_position_embeddings=4096)
+    model = tiny_llama(
+        vocab_size=vocab, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, max_position_embeddings=4096
+    )
     data = Dataset.from_dict({"prompt": ["what is the sum of 3 and 4 ? think step by step and answer"] * 64})
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="slimrl-bench-"), per_device_train_batch_size=8, num_generations=8,
-        max_completion_length=completion, max_steps=steps, logging_steps=1, save_strategy="no", report_to=[],
-        learning_rate=1e-5, use_cpu=not cuda, bf16=cuda, seed=0,
+        output_dir=tempfile.mkdtemp(prefix="slimrl-bench-"),
+        per_device_train_batch_size=8,
+        num_generations=8,
+        max_completion_length=completion,
+        max_steps=steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        learning_rate=1e-5,
+        use_cpu=not cuda,
+        bf16=cuda,
+        seed=0,
     )
-    lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM",
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [random.random() for _ in completions],
-                          args=args, train_dataset=data, processing_class=tok, peft_config=lora)
+    lora = LoraConfig(
+        r=16,
+        lora_alpha=32,
+        task_type="CAUSAL_LM",
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **kw: [random.random() for _ in completions],
+        args=args,
+        train_dataset=data,
+        processing_class=tok,
+        peft_config=lora,
+    )
 
     overall = None if cuda else OverallPeak()
     phase, working, cuda_peak = PhasePeak(overall), [], [0]
@@ -112,9 +132,18 @@ def child_grpo(arm: str, vocab: int, completion: int, steps: int, device: str) -
     step_times = timer.times
     timed = step_times[1:] or step_times
     peak = max(cuda_peak[0], torch.cuda.max_memory_allocated()) if cuda else overall.stop()
-    return {"arm": arm, "how": how, "vocab": vocab, "completion": completion, "steps": len(step_times),
-            "peak": peak, "working": max(working), "s_per_step": sum(timed) / len(timed), "device": device,
-            "grad_bytes": sum(p.numel() * p.element_size() for p in trainer.model.parameters() if p.requires_grad)}
+    return {
+        "arm": arm,
+        "how": how,
+        "vocab": vocab,
+        "completion": completion,
+        "steps": len(step_times),
+        "peak": peak,
+        "working": max(working),
+        "s_per_step": sum(timed) / len(timed),
+        "device": device,
+        "grad_bytes": sum(p.numel() * p.element_size() for p in trainer.model.parameters() if p.requires_grad),
+    }
 
 
 def child_kernel(variant: str, vocab: int, completion: int, device: str, reps: int) -> dict:
@@ -138,19 +167,21 @@ def child_kernel(variant: str, vocab: int, completion: int, device: str, reps: i
         if variant == "trl-stock":  # what stock TRL 1.16 runs on CPU: every position, 4096x32768 tiles
             from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
-            lp, ent, *_ = ChunkedLogProbFunction.apply(hidden.reshape(-1, H), weight, None,
-                                                       labels.clamp(min=0).reshape(-1), 1.0, 32768, None, 1.0,
-                                                       outputs)
+            lp, ent, *_ = ChunkedLogProbFunction.apply(
+                hidden.reshape(-1, H), weight, None, labels.clamp(min=0).reshape(-1), 1.0, 32768, None, 1.0, outputs
+            )
             lp, ent = lp.view(mask.shape).masked_fill(~mask, 0), ent.view(mask.shape).masked_fill(~mask, 0)
         elif variant == "trl-compact":  # TRL's kernel, completion tokens only
             from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
-            lp, ent, *_ = ChunkedLogProbFunction.apply(hidden[mask], weight, None, labels[mask], 1.0, 32768, None,
-                                                       1.0, outputs)
+            lp, ent, *_ = ChunkedLogProbFunction.apply(
+                hidden[mask], weight, None, labels[mask], 1.0, 32768, None, 1.0, outputs
+            )
         else:  # slimrl-auto / slimrl-<N>
             chunks = -1 if variant == "slimrl-auto" else int(variant.split("-")[1])
-            lp, ent, *_ = fused_logprobs(hidden[mask], weight, None, labels[mask], 1.0, None, 1.0, outputs,
-                                         num_chunks=chunks)
+            lp, ent, *_ = fused_logprobs(
+                hidden[mask], weight, None, labels[mask], 1.0, None, 1.0, outputs, num_chunks=chunks
+            )
         lp.sum().backward()  # entropy logged only, as in GRPO's default loss
         return ent
 
@@ -169,18 +200,40 @@ def child_kernel(variant: str, vocab: int, completion: int, device: str, reps: i
 
 
 def _fmt_table(rows: list[dict], markdown: bool) -> str:
-    head = ["vocab", "completion", "stock peak GiB", "slimrl peak GiB", "peak ratio", "stock working GiB",
-            "slimrl working GiB", "working ratio", "stock s/step", "slimrl s/step", "time ratio"]
+    head = [
+        "vocab",
+        "completion",
+        "stock peak GiB",
+        "slimrl peak GiB",
+        "peak ratio",
+        "stock working GiB",
+        "slimrl working GiB",
+        "working ratio",
+        "stock s/step",
+        "slimrl s/step",
+        "time ratio",
+    ]
     lines = []
     for r in rows:
         s, m = r["stock"], r["slimrl"]
         if "error" in s or "error" in m:
             lines.append([str(r["vocab"]), str(r["completion"])] + ["error"] * 9)
             continue
-        lines.append([str(r["vocab"]), str(r["completion"]), f"{s['peak'] / GiB:.2f}", f"{m['peak'] / GiB:.2f}",
-                      f"{m['peak'] / s['peak']:.2f}", f"{s['working'] / GiB:.3f}", f"{m['working'] / GiB:.3f}",
-                      f"{m['working'] / max(s['working'], 1):.2f}", f"{s['s_per_step']:.1f}",
-                      f"{m['s_per_step']:.1f}", f"{m['s_per_step'] / s['s_per_step']:.2f}"])
+        lines.append(
+            [
+                str(r["vocab"]),
+                str(r["completion"]),
+                f"{s['peak'] / GiB:.2f}",
+                f"{m['peak'] / GiB:.2f}",
+                f"{m['peak'] / s['peak']:.2f}",
+                f"{s['working'] / GiB:.3f}",
+                f"{m['working'] / GiB:.3f}",
+                f"{m['working'] / max(s['working'], 1):.2f}",
+                f"{s['s_per_step']:.1f}",
+                f"{m['s_per_step']:.1f}",
+                f"{m['s_per_step'] / s['s_per_step']:.2f}",
+            ]
+        )
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         out += ["| " + " | ".join(line) + " |" for line in lines]
@@ -231,21 +284,48 @@ def main(argv=None) -> int:
         print(f"{'vocab':>7} {'C':>5} {'variant':>12} {'working MiB':>12} {'s':>7}")
         for vocab, completion in configs:
             for variant in a.variants:
-                r = run_self(["--child", "kernel", "--variant", variant, "--vocab", str(vocab), "--completion",
-                              str(completion), "--reps", str(a.reps), *common], a.threads)
+                r = run_self(
+                    [
+                        "--child",
+                        "kernel",
+                        "--variant",
+                        variant,
+                        "--vocab",
+                        str(vocab),
+                        "--completion",
+                        str(completion),
+                        "--reps",
+                        str(a.reps),
+                        *common,
+                    ],
+                    a.threads,
+                )
                 if "error" in r:
                     print(f"{vocab:>7} {completion:>5} {variant:>12} {r['error']}")
                     continue
-                print(f"{vocab:>7} {completion:>5} {variant:>12} {r['working'] / MiB:>12.0f} {r['s']:>7.2f}",
-                      flush=True)
+                print(
+                    f"{vocab:>7} {completion:>5} {variant:>12} {r['working'] / MiB:>12.0f} {r['s']:>7.2f}", flush=True
+                )
         return 0
 
     rows = []
     for vocab, completion in configs:
         row = {"vocab": vocab, "completion": completion}
         for arm in ("stock", "slimrl"):
-            row[arm] = run_self(["--child", arm, "--vocab", str(vocab), "--completion", str(completion), "--steps",
-                                 str(a.steps), *common], a.threads)
+            row[arm] = run_self(
+                [
+                    "--child",
+                    arm,
+                    "--vocab",
+                    str(vocab),
+                    "--completion",
+                    str(completion),
+                    "--steps",
+                    str(a.steps),
+                    *common,
+                ],
+                a.threads,
+            )
             if "error" in row[arm]:
                 print(f"[{arm} V={vocab} C={completion}] {row[arm]['error']}", file=sys.stderr)
         rows.append(row)

@@ -27,11 +27,17 @@ from test_plan_accuracy import CONFIGS  # noqa: E402
 
 import _measure_step as M  # noqa: E402
 
-SMOKE = {"smoke": {"algorithm": "grpo", "model": {"vocab_size": 512, "hidden_size": 32, "num_layers": 2,
-                                                  "num_heads": 4, "num_kv_heads": 2},
-                   "lora": {"r": 4}, "prompt_length": 8, "completion_length": 8, "steps": 2,
-                   "config": {"per_device_train_batch_size": 4, "num_generations": 4,
-                              "gradient_accumulation_steps": 1}}}
+SMOKE = {
+    "smoke": {
+        "algorithm": "grpo",
+        "model": {"vocab_size": 512, "hidden_size": 32, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2},
+        "lora": {"r": 4},
+        "prompt_length": 8,
+        "completion_length": 8,
+        "steps": 2,
+        "config": {"per_device_train_batch_size": 4, "num_generations": 4, "gradient_accumulation_steps": 1},
+    }
+}
 
 
 def row(name: str, spec: dict) -> dict:
@@ -40,9 +46,14 @@ def row(name: str, spec: dict) -> dict:
         planned = M.plan_for(spec, device_memory_gb=64)
         measured = M.measure(spec)["peak_bytes"]
     terms = {t.name: t.bytes for ts in planned.phases.values() for t in ts}
-    return {"run": name, "measured_gib": round(measured / 2**30, 3), "planned_gib": round(planned.peak_gb, 3),
-            "ratio": round(planned.peak_bytes / measured, 3), "peak_phase": planned.peak_phase,
-            "largest_term": max(terms, key=terms.get)}
+    return {
+        "run": name,
+        "measured_gib": round(measured / 2**30, 3),
+        "planned_gib": round(planned.peak_gb, 3),
+        "ratio": round(planned.peak_bytes / measured, 3),
+        "peak_phase": planned.peak_phase,
+        "largest_term": max(terms, key=terms.get),
+    }
 
 
 def main(argv=None) -> None:
@@ -58,8 +69,11 @@ def main(argv=None) -> None:
     for name, spec in runs.items():
         r = row(name, spec)
         rows.append(r)
-        print(f"| {r['run']} | {r['measured_gib']} | {r['planned_gib']} | {r['ratio']} | {r['peak_phase']} | "
-              f"{r['largest_term']} |", flush=True)
+        print(
+            f"| {r['run']} | {r['measured_gib']} | {r['planned_gib']} | {r['ratio']} | {r['peak_phase']} | "
+            f"{r['largest_term']} |",
+            flush=True,
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

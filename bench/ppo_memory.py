@@ -56,9 +56,16 @@ def model_config(shape: dict, num_labels: int | None = None):
     from slimrl.testing import tiny_llama_config
 
     extra = {} if num_labels is None else {"num_labels": num_labels}
-    return tiny_llama_config(vocab_size=shape["vocab"], hidden_size=shape["hidden"], num_layers=shape["layers"],
-                             num_heads=shape["heads"], num_kv_heads=shape["heads"],
-                             intermediate_size=shape["intermediate"], max_position_embeddings=4096, **extra)
+    return tiny_llama_config(
+        vocab_size=shape["vocab"],
+        hidden_size=shape["hidden"],
+        num_layers=shape["layers"],
+        num_heads=shape["heads"],
+        num_kv_heads=shape["heads"],
+        intermediate_size=shape["intermediate"],
+        max_position_embeddings=4096,
+        **extra,
+    )
 
 
 def build(shape: dict, seed: int, kind: str, device: str):
@@ -92,7 +99,7 @@ def row_logprobs(logits, tokens):
 def critic_values(value_model, ids, context: int):
     backbone = getattr(value_model, value_model.base_model_prefix)
     hidden = backbone(input_ids=ids, output_hidden_states=True).hidden_states[-1]
-    return value_model.score(hidden).squeeze(-1)[:, context - 1:-1]
+    return value_model.score(hidden).squeeze(-1)[:, context - 1 : -1]
 
 
 def four_rollout(policy, ref, value, reward, prompts, a):
@@ -103,15 +110,24 @@ def four_rollout(policy, ref, value, reward, prompts, a):
     from slimrl.ppo import core
 
     with torch.no_grad():
-        out = policy.generate(prompts, do_sample=True, temperature=TEMPERATURE, top_k=0, top_p=1.0,
-                              max_new_tokens=a.response, min_new_tokens=a.response, eos_token_id=[],
-                              return_dict_in_generate=True, output_scores=True)
+        out = policy.generate(
+            prompts,
+            do_sample=True,
+            temperature=TEMPERATURE,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=a.response,
+            min_new_tokens=a.response,
+            eos_token_id=[],
+            return_dict_in_generate=True,
+            output_scores=True,
+        )
         query_responses = out.sequences
-        responses = query_responses[:, a.prompt:]
+        responses = query_responses[:, a.prompt :]
         logits = torch.stack(out.scores, 1)  # TRL's batch_generation kept the [B, C, V] sampling logits
         logprobs = row_logprobs(logits / TEMPERATURE, responses)
         del logits, out
-        ref_logits = ref(query_responses).logits[:, a.prompt - 1:-1] / TEMPERATURE
+        ref_logits = ref(query_responses).logits[:, a.prompt - 1 : -1] / TEMPERATURE
         ref_logprobs = row_logprobs(ref_logits, responses)
         del ref_logits
         values = critic_values(value, query_responses, a.prompt)
@@ -133,7 +149,7 @@ def four_train(policy, value, optimizer, rollout, a):
     for _ in range(a.epochs):
         for start in range(0, a.rows, a.micro):
             rows = slice(start, start + a.micro)
-            logits = policy(query_responses[rows]).logits[:, a.prompt - 1:-1]
+            logits = policy(query_responses[rows]).logits[:, a.prompt - 1 : -1]
             logits = logits / TEMPERATURE
             new_logprobs = row_logprobs(logits, responses[rows])
             vpred = critic_values(value, query_responses[rows], a.prompt)
@@ -175,16 +191,35 @@ def child_slimrl(a, shape: dict, device: str, lora: bool, mark) -> None:
 
     policy, reward = build(shape, 0, "causal", device), build(shape, 2, "seqcls", device)
     data = Dataset.from_dict({"input_ids": prompt_ids(4 * a.rows, a.prompt, shape["vocab"])})
-    args = PPOConfig(output_dir=tempfile.mkdtemp(prefix="slimrl-ppo-bench-"), per_device_train_batch_size=a.micro,
-                     gradient_accumulation_steps=a.rows // a.micro, num_ppo_epochs=a.epochs,
-                     max_steps=a.steps * a.epochs,
-                     response_length=a.response, local_rollout_forward_batch_size=a.rows, temperature=TEMPERATURE,
-                     learning_rate=1e-6, use_cpu=device == "cpu", bf16=False, gradient_checkpointing=False,
-                     save_strategy="no", report_to=[], logging_steps=1, disable_tqdm=True, seed=0)
+    args = PPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="slimrl-ppo-bench-"),
+        per_device_train_batch_size=a.micro,
+        gradient_accumulation_steps=a.rows // a.micro,
+        num_ppo_epochs=a.epochs,
+        max_steps=a.steps * a.epochs,
+        response_length=a.response,
+        local_rollout_forward_batch_size=a.rows,
+        temperature=TEMPERATURE,
+        learning_rate=1e-6,
+        use_cpu=device == "cpu",
+        bf16=False,
+        gradient_checkpointing=False,
+        save_strategy="no",
+        report_to=[],
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=0,
+    )
     lora_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear") if lora else None
     # the reward model reads decoded text re-tokenized: filler words of the tiny tokenizer are one token each
-    trainer = PPOTrainer(args=args, processing_class=tiny_tokenizer(shape["vocab"]), model=policy,
-                         reward_model=reward, train_dataset=data, peft_config=lora_config)
+    trainer = PPOTrainer(
+        args=args,
+        processing_class=tiny_tokenizer(shape["vocab"]),
+        model=policy,
+        reward_model=reward,
+        train_dataset=data,
+        peft_config=lora_config,
+    )
 
     class Mark(TrainerCallback):
         def on_train_begin(self, *args, **kwargs):
@@ -224,15 +259,23 @@ def run_child(a) -> dict:
         child_slimrl(a, shape, a.device, a.child == "slimrl", mark)
     peak = torch.cuda.max_memory_allocated() if cuda else overall.stop()
     steps = marks["step"]
-    return {**record, "peak": peak, "static": marks["static"], "rollouts": len(steps),
-            "s_per_rollout": (steps[-1] - steps[0]) / (len(steps) - 1) if len(steps) > 1 else None}
+    return {
+        **record,
+        "peak": peak,
+        "static": marks["static"],
+        "rollouts": len(steps),
+        "s_per_rollout": (steps[-1] - steps[0]) / (len(steps) - 1) if len(steps) > 1 else None,
+    }
 
 
 def table(rows: dict, markdown: bool) -> str:
     four = rows.get("four", {})
     head = ["arm", "models", "static GiB", "peak GiB", "peak / four-model"]
-    bodies = {"four": "policy + reference + value + reward (full)", "slimrl": "1 base (LoRA) + reward",
-              "slimrl-full": "policy + frozen copy (ref + value adapter) + reward"}
+    bodies = {
+        "four": "policy + reference + value + reward (full)",
+        "slimrl": "1 base (LoRA) + reward",
+        "slimrl-full": "policy + frozen copy (ref + value adapter) + reward",
+    }
     lines = []
     for arm, r in rows.items():
         if "error" in r:
@@ -275,8 +318,11 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_SHAPE}, {QUICK}")
     p.add_argument("--mem_limit_gb", type=float, default=18.0, help="CPU: stop an arm whose RSS passes this (GiB)")
     p.add_argument("--markdown", action="store_true")
-    p.add_argument("--json", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                                  "ppo_memory.json"), help="where the rows are written")
+    p.add_argument(
+        "--json",
+        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "ppo_memory.json"),
+        help="where the rows are written",
+    )
     p.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.quick:
@@ -292,16 +338,19 @@ def main(argv=None) -> int:
         rows[arm] = run_self(["--child", arm, *flags], a.threads)
         print(json.dumps(rows[arm]), file=sys.stderr, flush=True)
     shape = next((r["shape"] for r in rows.values() if "shape" in r), {})
-    title = (f"# PPO peak memory, random Llama V={shape.get('vocab')} hidden {shape.get('hidden')} x "
-             f"{shape.get('layers')} layers (fp32, {a.device}); rollouts of {a.rows} prompts x ({a.prompt} + "
-             f"{a.response}) tokens, micro-batches of {a.micro}, {a.epochs} PPO epochs, {a.steps} rollouts, "
-             f"{a.threads} thread(s)")
+    title = (
+        f"# PPO peak memory, random Llama V={shape.get('vocab')} hidden {shape.get('hidden')} x "
+        f"{shape.get('layers')} layers (fp32, {a.device}); rollouts of {a.rows} prompts x ({a.prompt} + "
+        f"{a.response}) tokens, micro-batches of {a.micro}, {a.epochs} PPO epochs, {a.steps} rollouts, "
+        f"{a.threads} thread(s)"
+    )
     print(title)
     print(table(rows, a.markdown))
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
     with open(a.json, "w") as f:
-        json.dump({"title": title, "args": {k: v for k, v in vars(a).items() if k != "child"}, "rows": rows}, f,
-                  indent=2)
+        json.dump(
+            {"title": title, "args": {k: v for k, v in vars(a).items() if k != "child"}, "rows": rows}, f, indent=2
+        )
     return 0
 
 

@@ -88,12 +88,21 @@ def make_dataset(trainer: str, tokenizer, vocab: int, length: int, pairs: int, s
     if trainer == "kto":
         rows = 2 * pairs * steps
         labels = [True, False] * (rows // 2)  # half desirable; the same split in every batch of 2*pairs
-        return Dataset.from_dict({"prompt": [words(prompt_len) for _ in range(rows)],
-                                  "completion": [words(answer_len, " ") for _ in range(rows)], "label": labels})
+        return Dataset.from_dict(
+            {
+                "prompt": [words(prompt_len) for _ in range(rows)],
+                "completion": [words(answer_len, " ") for _ in range(rows)],
+                "label": labels,
+            }
+        )
     rows = pairs * steps
-    return Dataset.from_dict({"prompt": [words(prompt_len) for _ in range(rows)],
-                              "chosen": [words(answer_len, " ") for _ in range(rows)],
-                              "rejected": [words(answer_len, " ") for _ in range(rows)]})
+    return Dataset.from_dict(
+        {
+            "prompt": [words(prompt_len) for _ in range(rows)],
+            "chosen": [words(answer_len, " ") for _ in range(rows)],
+            "rejected": [words(answer_len, " ") for _ in range(rows)],
+        }
+    )
 
 
 def row_length(inputs: dict) -> int:
@@ -101,8 +110,9 @@ def row_length(inputs: dict) -> int:
     return max((v.shape[-1] for k, v in inputs.items() if k.endswith("input_ids") and hasattr(v, "shape")), default=0)
 
 
-def child_preference(arm: str, trainer_name: str, vocab: int, length: int, pairs: int, steps: int, offload: bool,
-                     mem_limit_gb: float) -> dict:
+def child_preference(
+    arm: str, trainer_name: str, vocab: int, length: int, pairs: int, steps: int, offload: bool, mem_limit_gb: float
+) -> dict:
     record = {"arm": arm, "trainer": trainer_name, "vocab": vocab, "length": length, "pairs": pairs}
     state = {"base": None, "losses": []}
     start_watchdog(int(mem_limit_gb * GiB), record, state)
@@ -129,19 +139,39 @@ def child_preference(arm: str, trainer_name: str, vocab: int, length: int, pairs
     tok = tiny_tokenizer(vocab)
     # whitespace only, so each filler word "w<id>" is one token (the default splits digits off)
     tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    model = tiny_llama(vocab_size=vocab, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,
-                       max_position_embeddings=max(4096, length))
+    model = tiny_llama(
+        vocab_size=vocab,
+        hidden_size=256,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        max_position_embeddings=max(4096, length),
+    )
     if offload and arm == "slimrl":
         apply_checkpointing(model, "offload")
     batch = 2 * pairs if trainer_name == "kto" else pairs
     args = config_cls(
-        output_dir=tempfile.mkdtemp(prefix="slimrl-bench-"), per_device_train_batch_size=batch, max_steps=steps,
-        max_length=length, logging_steps=1, save_strategy="no", report_to="none", learning_rate=1e-4,
-        use_cpu=True, bf16=False, seed=0, dataloader_pin_memory=False,
+        output_dir=tempfile.mkdtemp(prefix="slimrl-bench-"),
+        per_device_train_batch_size=batch,
+        max_steps=steps,
+        max_length=length,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        learning_rate=1e-4,
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        dataloader_pin_memory=False,
     )
     lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
-    trainer = trainer_cls(model=model, args=args, processing_class=tok, peft_config=lora,
-                          train_dataset=make_dataset(trainer_name, tok, vocab, length, pairs, steps))
+    trainer = trainer_cls(
+        model=model,
+        args=args,
+        processing_class=tok,
+        peft_config=lora,
+        train_dataset=make_dataset(trainer_name, tok, vocab, length, pairs, steps),
+    )
 
     overall = OverallPeak()
     phase, working, seen = PhasePeak(overall), [], {"row_length": 0, "checkpointing_active": None}
@@ -171,9 +201,18 @@ def child_preference(arm: str, trainer_name: str, vocab: int, length: int, pairs
     timed = step_times[1:] or step_times
     stats = model_state(base_transformers_model(trainer.model)).offload_stats  # set by the "offload" mode only
     seen["offload_tensors_seen"] = None if stats is None else stats.tensors_seen
-    return dict(record, stopped=False, steps=len(step_times), peak=overall.stop(), working=max(working),
-                step_base=state["base"], s_per_step=sum(timed) / len(timed), losses=state["losses"],
-                slimrl_checkpointing_mode=checkpointing_mode(trainer.model), **seen)
+    return dict(
+        record,
+        stopped=False,
+        steps=len(step_times),
+        peak=overall.stop(),
+        working=max(working),
+        step_base=state["base"],
+        s_per_step=sum(timed) / len(timed),
+        losses=state["losses"],
+        slimrl_checkpointing_mode=checkpointing_mode(trainer.model),
+        **seen,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- reporting
@@ -208,9 +247,22 @@ def _loss_diff(s: dict, m: dict) -> str:
 
 
 def table_lines(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    head = ["trainer", "length", "stock peak GiB", "slimrl peak GiB", "peak ratio", "stock working GiB",
-            "slimrl working GiB", "working ratio", "stock s/step", "slimrl s/step", "time ratio",
-            "stock last loss", "slimrl last loss", "loss rel diff"]
+    head = [
+        "trainer",
+        "length",
+        "stock peak GiB",
+        "slimrl peak GiB",
+        "peak ratio",
+        "stock working GiB",
+        "slimrl working GiB",
+        "working ratio",
+        "stock s/step",
+        "slimrl s/step",
+        "time ratio",
+        "stock last loss",
+        "slimrl last loss",
+        "loss rel diff",
+    ]
     lines = []
     for r in rows:
         s, m = r["stock"], r["slimrl"]
@@ -220,9 +272,22 @@ def table_lines(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
         secs = [("stopped" if x.get("stopped") else f"{x['s_per_step']:.3g}") for x in (s, m)]
         time_ratio = "n/a" if s.get("stopped") or m.get("stopped") else f"{m['s_per_step'] / s['s_per_step']:.2f}"
         losses = [f"{x['losses'][-1]:.6g}" if x.get("losses") and not x.get("stopped") else "n/a" for x in (s, m)]
-        lines.append([r["trainer"], str(r["length"]), _gib(s, "peak", 2), _gib(m, "peak", 2), _ratio(s, m, "peak"),
-                      _gib(s, "working", 3), _gib(m, "working", 3), _ratio(s, m, "working"), *secs, time_ratio,
-                      *losses, _loss_diff(s, m)])
+        lines.append(
+            [
+                r["trainer"],
+                str(r["length"]),
+                _gib(s, "peak", 2),
+                _gib(m, "peak", 2),
+                _ratio(s, m, "peak"),
+                _gib(s, "working", 3),
+                _gib(m, "working", 3),
+                _ratio(s, m, "working"),
+                *secs,
+                time_ratio,
+                *losses,
+                _loss_diff(s, m),
+            ]
+        )
     return head, lines
 
 
@@ -238,8 +303,11 @@ def main(argv=None) -> int:
     p.add_argument("--offload", action="store_true", help="slimrl arm's model in slimrl's 'offload' checkpointing")
     p.add_argument("--mem_limit_gb", type=float, default=18.0, help="stop an arm whose RSS passes this (GiB)")
     p.add_argument("--markdown", action="store_true")
-    p.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "preference_memory.json"),
-                   help="where the rows are written (bench/results/ is git-ignored)")
+    p.add_argument(
+        "--json",
+        default=os.path.join(ROOT, "bench", "results", "preference_memory.json"),
+        help="where the rows are written (bench/results/ is git-ignored)",
+    )
     p.add_argument("--child", choices=["stock", "slimrl"], help=argparse.SUPPRESS)
     p.add_argument("--trainer", choices=TRAINERS, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -248,41 +316,59 @@ def main(argv=None) -> int:
 
     if a.child:
         pin_threads(a.threads)
-        res = child_preference(a.child, a.trainer, a.vocab, a.length[0], a.pairs, a.steps, a.offload,
-                               a.mem_limit_gb)
+        res = child_preference(a.child, a.trainer, a.vocab, a.length[0], a.pairs, a.steps, a.offload, a.mem_limit_gb)
         print(json.dumps(res), flush=True)
         return 0
 
-    common = ["--vocab", str(a.vocab), "--pairs", str(a.pairs), "--steps", str(a.steps), "--threads", str(a.threads),
-              "--mem_limit_gb", str(a.mem_limit_gb)] + (["--offload"] if a.offload else [])
+    common = [
+        "--vocab",
+        str(a.vocab),
+        "--pairs",
+        str(a.pairs),
+        "--steps",
+        str(a.steps),
+        "--threads",
+        str(a.threads),
+        "--mem_limit_gb",
+        str(a.mem_limit_gb),
+    ] + (["--offload"] if a.offload else [])
     rows = []
     for length in a.length:
         for trainer in a.trainers:
             row = {"trainer": trainer, "vocab": a.vocab, "length": length}
             for arm in ("stock", "slimrl"):
-                row[arm] = run_self(["--child", arm, "--trainer", trainer, "--length", str(length), *common],
-                                    a.threads)
+                row[arm] = run_self(["--child", arm, "--trainer", trainer, "--length", str(length), *common], a.threads)
                 if "error" in row[arm]:
                     print(f"[{trainer} {arm} L={length}] {row[arm]['error']}", file=sys.stderr)
                 elif row[arm].get("stopped"):
-                    print(f"[{trainer} {arm} L={length}] stopped at {row[arm]['rss_at_stop'] / GiB:.1f} GiB RSS "
-                          f"(limit {a.mem_limit_gb} GiB)", file=sys.stderr)
+                    print(
+                        f"[{trainer} {arm} L={length}] stopped at {row[arm]['rss_at_stop'] / GiB:.1f} GiB RSS "
+                        f"(limit {a.mem_limit_gb} GiB)",
+                        file=sys.stderr,
+                    )
                 elif row[arm]["row_length"] != length:
-                    print(f"[{trainer} {arm}] WARNING: rows had {row[arm]['row_length']} tokens, not {length}",
-                          file=sys.stderr)
+                    print(
+                        f"[{trainer} {arm}] WARNING: rows had {row[arm]['row_length']} tokens, not {length}",
+                        file=sys.stderr,
+                    )
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
 
     ckpt = "slimrl arm 'offload', stock TRL default" if a.offload else "TRL default"
-    title = (f"# Preference trainers, tiny Llama 4x256, LoRA r=16, V={a.vocab}, {a.pairs} pairs/step, {a.steps} "
-             f"steps, fp32 CPU, {a.threads} thread(s), gradient checkpointing: {ckpt}, "
-             f"memory limit {a.mem_limit_gb:g} GiB")
+    title = (
+        f"# Preference trainers, tiny Llama 4x256, LoRA r=16, V={a.vocab}, {a.pairs} pairs/step, {a.steps} "
+        f"steps, fp32 CPU, {a.threads} thread(s), gradient checkpointing: {ckpt}, "
+        f"memory limit {a.mem_limit_gb:g} GiB"
+    )
     print(title)
     print(render(*table_lines(rows), a.markdown))
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
     with open(a.json, "w") as f:
-        json.dump({"title": title, "args": {k: v for k, v in vars(a).items() if k not in ("child", "trainer")},
-                   "rows": rows}, f, indent=2)
+        json.dump(
+            {"title": title, "args": {k: v for k, v in vars(a).items() if k not in ("child", "trainer")}, "rows": rows},
+            f,
+            indent=2,
+        )
     return 0
 
 

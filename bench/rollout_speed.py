@@ -34,8 +34,10 @@ from _common import pin_threads, run_self  # noqa: E402
 
 def _prompts(tokenizer, n: int) -> list[str]:
     questions = [f"What is {a} + {b}?" for a in range(3, 40) for b in range(2, 9)][:n]
-    return [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-            for q in questions]
+    return [
+        tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in questions
+    ]
 
 
 def _randomize_lora(model, seed: int) -> None:
@@ -61,14 +63,24 @@ def child_hf(args) -> dict:
     results = {}
     for batch in args.batches:
         enc = tokenizer(_prompts(tokenizer, batch), return_tensors="pt", padding=True, add_special_tokens=False)
-        mode = {"dynamic": {"disable_compile": True},  # what TRL's generate path uses
-                "static": {"cache_implementation": "static", "disable_compile": True},
-                "compile": {"cache_implementation": "static"}}[args.hf_mode]  # static cache + torch.compile
+        mode = {
+            "dynamic": {"disable_compile": True},  # what TRL's generate path uses
+            "static": {"cache_implementation": "static", "disable_compile": True},
+            "compile": {"cache_implementation": "static"},
+        }[args.hf_mode]  # static cache + torch.compile
         with torch.no_grad():
             model.generate(**enc, max_new_tokens=4, min_new_tokens=4, do_sample=True, **mode)  # warm-up (compiles)
             t0 = time.perf_counter()
-            out = model.generate(**enc, max_new_tokens=args.completion, min_new_tokens=args.completion,
-                                 do_sample=True, temperature=1.0, top_k=0, top_p=1.0, **mode)
+            out = model.generate(
+                **enc,
+                max_new_tokens=args.completion,
+                min_new_tokens=args.completion,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                **mode,
+            )
             seconds = time.perf_counter() - t0
         tokens = (out.shape[1] - enc["input_ids"].shape[1]) * batch
         results[str(batch)] = {"tokens_per_s": round(tokens / seconds, 1), "seconds": round(seconds, 2)}
@@ -84,8 +96,13 @@ def child_vllm(args) -> dict:
     t0 = time.perf_counter()
     sync = args.sync or "merged"
     model, tokenizer = FastLanguageModel.from_pretrained(
-        "smollm2-135m", max_seq_length=1024, fast_inference=True, gpu_memory_utilization=0.15,
-        vllm_weight_sync=sync, vllm_engine_kwargs={"enforce_eager": True} if args.eager else None)
+        "smollm2-135m",
+        max_seq_length=1024,
+        fast_inference=True,
+        gpu_memory_utilization=0.15,
+        vllm_weight_sync=sync,
+        vllm_engine_kwargs={"enforce_eager": True} if args.eager else None,
+    )
     start_s = time.perf_counter() - t0
     sync_s = None
     if args.lora:
@@ -122,8 +139,16 @@ def child_grpo(args) -> dict:
 
     PatchFastRL("grpo")
     fast = args.sync is not None
-    engine = dict(fast_inference=True, gpu_memory_utilization=0.15, vllm_weight_sync=args.sync,
-                  vllm_engine_kwargs={"enforce_eager": True} if args.eager else None) if fast else {}
+    engine = (
+        dict(
+            fast_inference=True,
+            gpu_memory_utilization=0.15,
+            vllm_weight_sync=args.sync,
+            vllm_engine_kwargs={"enforce_eager": True} if args.eager else None,
+        )
+        if fast
+        else {}
+    )
     model, tokenizer = FastLanguageModel.from_pretrained("smollm2-135m", max_seq_length=512, **engine)
     model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16)
     questions = [f"Explain how to compute {a} + {b}." for a in range(20) for b in range(10)]
@@ -133,14 +158,31 @@ def child_grpo(args) -> dict:
         return [float(c[0]["content"].count(" ")) for c in completions]
 
     length = args.grpo_completion
-    config = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="slimrl-bench-rollout-"), per_device_train_batch_size=8,
-                        gradient_accumulation_steps=2, num_generations=8, max_completion_length=length,
-                        learning_rate=2e-4, beta=0.04, max_steps=args.grpo_steps, logging_steps=1, report_to=[],
-                        save_strategy="no", disable_tqdm=True, seed=0,
-                        generation_kwargs={"min_tokens": length} if fast else {"min_new_tokens": length})
+    config = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="slimrl-bench-rollout-"),
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+        num_generations=8,
+        max_completion_length=length,
+        learning_rate=2e-4,
+        beta=0.04,
+        max_steps=args.grpo_steps,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        generation_kwargs={"min_tokens": length} if fast else {"min_new_tokens": length},
+    )
     timer = step_timer()
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[timer])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
     rollout_s, generate = [], trainer._generate_single_turn
 
     def timed_generate(*a, **k):  # this instance only: the seconds each rollout takes (sync included)
@@ -154,11 +196,16 @@ def child_grpo(args) -> dict:
     trainer.train()
     logs = [h for h in trainer.state.log_history if "step_time" in h]
     later = timer.times[1:] or timer.times
-    return {"arm": "grpo-vllm" if fast else "grpo-hf", "use_vllm": trainer.use_vllm,
-            "step_s": [round(t, 2) for t in timer.times], "median_step_s": round(statistics.median(later), 2),
-            "rollout_s": rollout_s, "median_rollout_s": round(statistics.median(rollout_s[1:] or rollout_s), 2),
-            "mean_completion_len": round(statistics.mean(h["completions/mean_length"] for h in logs), 1),
-            "peak_memory_gb": max(h.get("peak_memory_gb", 0) for h in logs)}
+    return {
+        "arm": "grpo-vllm" if fast else "grpo-hf",
+        "use_vllm": trainer.use_vllm,
+        "step_s": [round(t, 2) for t in timer.times],
+        "median_step_s": round(statistics.median(later), 2),
+        "rollout_s": rollout_s,
+        "median_rollout_s": round(statistics.median(rollout_s[1:] or rollout_s), 2),
+        "mean_completion_len": round(statistics.mean(h["completions/mean_length"] for h in logs), 1),
+        "peak_memory_gb": max(h.get("peak_memory_gb", 0) for h in logs),
+    }
 
 
 def main() -> int:
@@ -169,8 +216,9 @@ def main() -> int:
     parser.add_argument("--grpo_completion", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--eager", action="store_true", help="vLLM without graph compilation (fast start)")
-    parser.add_argument("--arms", nargs="+", default=["hf", "hf+lora", "vllm", "vllm+merged", "vllm+lora",
-                                                      "grpo-hf", "grpo-vllm"])
+    parser.add_argument(
+        "--arms", nargs="+", default=["hf", "hf+lora", "vllm", "vllm+merged", "vllm+lora", "grpo-hf", "grpo-vllm"]
+    )
     parser.add_argument("--quick", action="store_true", help="batch 8, completion 32, 2 GRPO steps (smoke run)")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--json", default=None)
@@ -187,17 +235,32 @@ def main() -> int:
         print(json.dumps(result))
         return 0
 
-    common = ["--batches", *map(str, args.batches), "--completion", str(args.completion), "--threads",
-              str(args.threads), "--grpo_steps", str(args.grpo_steps), "--grpo_completion", str(args.grpo_completion)]
+    common = [
+        "--batches",
+        *map(str, args.batches),
+        "--completion",
+        str(args.completion),
+        "--threads",
+        str(args.threads),
+        "--grpo_steps",
+        str(args.grpo_steps),
+        "--grpo_completion",
+        str(args.grpo_completion),
+    ]
     common += ["--eager"] if args.eager else []
-    children = {"hf": ["--child", "hf"], "hf+lora": ["--child", "hf", "--lora"], "vllm": ["--child", "vllm"],
-                "hf-static": ["--child", "hf", "--hf_mode", "static"],
-                "hf-compile": ["--child", "hf", "--hf_mode", "compile"],
-                "hf+lora-static": ["--child", "hf", "--lora", "--hf_mode", "static"],
-                "hf+lora-compile": ["--child", "hf", "--lora", "--hf_mode", "compile"],
-                "vllm+merged": ["--child", "vllm", "--lora", "--sync", "merged"],
-                "vllm+lora": ["--child", "vllm", "--lora", "--sync", "lora"],
-                "grpo-hf": ["--child", "grpo"], "grpo-vllm": ["--child", "grpo", "--sync", "auto"]}
+    children = {
+        "hf": ["--child", "hf"],
+        "hf+lora": ["--child", "hf", "--lora"],
+        "vllm": ["--child", "vllm"],
+        "hf-static": ["--child", "hf", "--hf_mode", "static"],
+        "hf-compile": ["--child", "hf", "--hf_mode", "compile"],
+        "hf+lora-static": ["--child", "hf", "--lora", "--hf_mode", "static"],
+        "hf+lora-compile": ["--child", "hf", "--lora", "--hf_mode", "compile"],
+        "vllm+merged": ["--child", "vllm", "--lora", "--sync", "merged"],
+        "vllm+lora": ["--child", "vllm", "--lora", "--sync", "lora"],
+        "grpo-hf": ["--child", "grpo"],
+        "grpo-vllm": ["--child", "grpo", "--sync", "auto"],
+    }
     results = []
     for arm in args.arms:
         result = run_self(children[arm] + common, args.threads)
@@ -215,18 +278,23 @@ def main() -> int:
             if not all(str(b) in ref for b in args.batches):
                 ref = {}
             cells = [str(r["results"][str(b)]["tokens_per_s"]) for b in args.batches]
-            ratios = [f"{r['results'][str(b)]['tokens_per_s'] / ref[str(b)]['tokens_per_s']:.1f}×"
-                      for b in args.batches if str(b) in ref]
+            ratios = [
+                f"{r['results'][str(b)]['tokens_per_s'] / ref[str(b)]['tokens_per_s']:.1f}×"
+                for b in args.batches
+                if str(b) in ref
+            ]
             notes = ", ".join(f"{k} {r[k]}" for k in ("start_s", "sync_s") if r.get(k) is not None)
             print(f"| {r['arm']} | " + " | ".join(cells) + f" | {' / '.join(ratios)} | {notes} |")
         hf, fast = by_arm.get("grpo-hf"), by_arm.get("grpo-vllm")
         if hf and fast and "median_step_s" in hf and "median_step_s" in fast:
-            print(f"\nGRPO s/step (median of steps 2..{args.grpo_steps}): HF {hf['median_step_s']} "
-                  f"(rollout {hf['median_rollout_s']}) vs vLLM {fast['median_step_s']} (rollout "
-                  f"{fast['median_rollout_s']}); completions {hf['mean_completion_len']} / "
-                  f"{fast['mean_completion_len']} tokens: step ratio "
-                  f"{fast['median_step_s'] / hf['median_step_s']:.2f}, "
-                  f"rollout ratio {fast['median_rollout_s'] / hf['median_rollout_s']:.2f}")
+            print(
+                f"\nGRPO s/step (median of steps 2..{args.grpo_steps}): HF {hf['median_step_s']} "
+                f"(rollout {hf['median_rollout_s']}) vs vLLM {fast['median_step_s']} (rollout "
+                f"{fast['median_rollout_s']}); completions {hf['mean_completion_len']} / "
+                f"{fast['mean_completion_len']} tokens: step ratio "
+                f"{fast['median_step_s'] / hf['median_step_s']:.2f}, "
+                f"rollout ratio {fast['median_rollout_s'] / hf['median_rollout_s']:.2f}"
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"config": vars(args), "results": results}, f, indent=2)

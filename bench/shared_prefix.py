@@ -53,8 +53,9 @@ def _recipe_slimrl(arm: str, steps: int, smoke: bool, fast_inference: bool, out:
     argv += ["--fast_inference", "True", "--vllm_enforce_eager", "True"] if fast_inference else []
     task_args, model_args, args = parse_grpo_args(argv)
     args.slimrl_shared_prefix = SHARING[arm]
-    model, tokenizer = load_base(model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype,
-                                 model_args.load_in_4bit, model_args)
+    model, tokenizer = load_base(
+        model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype, model_args.load_in_4bit, model_args
+    )
     model = add_lora(model, model_args, bool(args.gradient_checkpointing), args.seed)
     return dict(model=model, args=args, processing_class=tokenizer, task=build_task(task_args, args.seed))
 
@@ -75,13 +76,31 @@ def _recipe_stock(steps: int, smoke: bool, out: str):
     args = GRPOConfig(**fields)
     margs = ModelArguments()
     model, tokenizer, _ = load_model_and_tokenizer(margs.model_name_or_path, margs.max_seq_length)
-    lora = LoraConfig(r=margs.lora_r, lora_alpha=margs.lora_alpha, lora_dropout=margs.lora_dropout, bias="none",
-                      target_modules=default_target_modules(model), task_type="CAUSAL_LM")
-    task_args = type("TaskArgs", (), dict(dataset_name=None, reward_funcs=None, task="arithmetic",
-                                          num_train_samples=None, num_eval_samples=0, max_operand=None,
-                                          operations=None, num_examples=None))()
-    return dict(model=model, args=args, processing_class=tokenizer, peft_config=lora, task=build_task(task_args,
-                                                                                                        args.seed))
+    lora = LoraConfig(
+        r=margs.lora_r,
+        lora_alpha=margs.lora_alpha,
+        lora_dropout=margs.lora_dropout,
+        bias="none",
+        target_modules=default_target_modules(model),
+        task_type="CAUSAL_LM",
+    )
+    task_args = type(
+        "TaskArgs",
+        (),
+        dict(
+            dataset_name=None,
+            reward_funcs=None,
+            task="arithmetic",
+            num_train_samples=None,
+            num_eval_samples=0,
+            max_operand=None,
+            operations=None,
+            num_examples=None,
+        ),
+    )()
+    return dict(
+        model=model, args=args, processing_class=tokenizer, peft_config=lora, task=build_task(task_args, args.seed)
+    )
 
 
 def _tiny(arm: str, smoke: bool, algorithm: str = "grpo"):
@@ -97,8 +116,9 @@ def _tiny(arm: str, smoke: bool, algorithm: str = "grpo"):
     prompt_len, completion = (64, 16) if smoke else (512, 128)
     vocab = 32768
     tokenizer = tiny_tokenizer(vocab)
-    model = tiny_llama(vocab_size=vocab, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,
-                       max_position_embeddings=4096)
+    model = tiny_llama(
+        vocab_size=vocab, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, max_position_embeddings=4096
+    )
     rng = random.Random(0)
     words = sorted(w for w in tokenizer.get_vocab() if w.isalpha())
 
@@ -110,8 +130,16 @@ def _tiny(arm: str, smoke: bool, algorithm: str = "grpo"):
 
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-COMMON = dict(max_steps=None, logging_steps=1, save_strategy="no", report_to=[], learning_rate=1e-5, bf16=False,
-              seed=0, disable_tqdm=True)
+COMMON = dict(
+    max_steps=None,
+    logging_steps=1,
+    save_strategy="no",
+    report_to=[],
+    learning_rate=1e-5,
+    bf16=False,
+    seed=0,
+    disable_tqdm=True,
+)
 
 
 def _synthetic(arm: str, steps: int, smoke: bool, checkpointing: bool, out: str):
@@ -123,10 +151,17 @@ def _synthetic(arm: str, steps: int, smoke: bool, checkpointing: bool, out: str)
 
     model, tokenizer, text, prompt_len, completion = _tiny(arm, smoke)
     extra = {} if arm == "stock" else {"slimrl_shared_prefix": SHARING[arm]}
-    args = GRPOConfig(output_dir=out, per_device_train_batch_size=8, num_generations=8,
-                      max_completion_length=completion, gradient_checkpointing=checkpointing,
-                      **{**COMMON, "max_steps": steps}, **extra)
+    args = GRPOConfig(
+        output_dir=out,
+        per_device_train_batch_size=8,
+        num_generations=8,
+        max_completion_length=completion,
+        gradient_checkpointing=checkpointing,
+        **{**COMMON, "max_steps": steps},
+        **extra,
+    )
     lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
+
     def rewards(completions, **kw):
         return [random.random() for _ in completions]
 
@@ -152,16 +187,27 @@ def _preference(case: str, arm: str, steps: int, smoke: bool, checkpointing: boo
     model, tokenizer, text, prompt_len, completion = _tiny(arm, smoke, case)
     module = importlib.import_module(module)
     extra = {} if arm == "stock" else {"slimrl_shared_prefix": SHARING[arm]}
-    args = getattr(module, config_name)(output_dir=out, per_device_train_batch_size=4, max_length=prompt_len +
-                                        completion + 8, gradient_checkpointing=checkpointing,
-                                        **{**COMMON, "max_steps": steps}, **fields, **extra)
+    args = getattr(module, config_name)(
+        output_dir=out,
+        per_device_train_batch_size=4,
+        max_length=prompt_len + completion + 8,
+        gradient_checkpointing=checkpointing,
+        **{**COMMON, "max_steps": steps},
+        **fields,
+        **extra,
+    )
     lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
     n = 4 * (steps + 1)
-    data = Dataset.from_dict({"prompt": [text(prompt_len) for _ in range(n)],
-                              "chosen": [" " + text(completion) for _ in range(n)],
-                              "rejected": [" " + text(completion) for _ in range(n)]})
-    return getattr(module, trainer_name), dict(model=model, args=args, processing_class=tokenizer, peft_config=lora,
-                                               train_dataset=data)
+    data = Dataset.from_dict(
+        {
+            "prompt": [text(prompt_len) for _ in range(n)],
+            "chosen": [" " + text(completion) for _ in range(n)],
+            "rejected": [" " + text(completion) for _ in range(n)],
+        }
+    )
+    return getattr(module, trainer_name), dict(
+        model=model, args=args, processing_class=tokenizer, peft_config=lora, train_dataset=data
+    )
 
 
 def _timed(trainer, name: str, totals: dict, owner=None):
@@ -214,9 +260,17 @@ def child(case: str, arm: str, steps: int, smoke: bool, checkpointing: bool) -> 
     stats = shared_prefix_stats(trainer) if arm != "stock" else None
     counted = stats is not None and stats.positions_per_row_path > 0  # sharing off: the seam never counts
     positions = stats.positions_forwarded / stats.positions_per_row_path if counted else 1.0
-    return {"case": case, "arm": arm, "steps": n, "s_per_step": sum(timed) / len(timed), "peak": peak,
-            "fwd_s": totals.get(seam, 0.0) / n, "bwd_s": totals.get("backward", 0.0) / n,
-            "positions": positions, "reasons": dict(stats.reasons) if stats else {}}
+    return {
+        "case": case,
+        "arm": arm,
+        "steps": n,
+        "s_per_step": sum(timed) / len(timed),
+        "peak": peak,
+        "fwd_s": totals.get(seam, 0.0) / n,
+        "bwd_s": totals.get("backward", 0.0) / n,
+        "positions": positions,
+        "reasons": dict(stats.reasons) if stats else {},
+    }
 
 
 def _ratio(row: dict, base: dict | None, key: str) -> str:
@@ -233,12 +287,25 @@ def _table(rows: list[dict], markdown: bool) -> str:
                 lines.append([case, r["arm"], "error"] + [""] * 7)
                 continue
             stock, off = by_arm.get("stock"), by_arm.get("slimrl-off")
-            lines.append([case, r["arm"], f"{r['s_per_step']:.2f}", _ratio(r, stock, "s_per_step"),
-                          _ratio(r, off, "s_per_step"), f"{r['peak'] / GiB:.2f}", _ratio(r, off, "peak"),
-                          f"{r['fwd_s']:.2f}", f"{r['bwd_s']:.2f}", f"{r['positions']:.2f}"])
+            lines.append(
+                [
+                    case,
+                    r["arm"],
+                    f"{r['s_per_step']:.2f}",
+                    _ratio(r, stock, "s_per_step"),
+                    _ratio(r, off, "s_per_step"),
+                    f"{r['peak'] / GiB:.2f}",
+                    _ratio(r, off, "peak"),
+                    f"{r['fwd_s']:.2f}",
+                    f"{r['bwd_s']:.2f}",
+                    f"{r['positions']:.2f}",
+                ]
+            )
     if markdown:
-        return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-                         + ["| " + " | ".join(line) + " |" for line in lines])
+        return "\n".join(
+            ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            + ["| " + " | ".join(line) + " |" for line in lines]
+        )
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(head)]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in [head, *lines])
 
@@ -266,16 +333,20 @@ def main(argv=None) -> int:
     rows = []
     for case in a.cases:
         if case == "vllm" and importlib.util.find_spec("vllm") is None:
-            print("# vllm case skipped: vLLM is not installed (bash scripts/install_vllm.sh, then run this script "
-                  "with .venv-vllm/bin/python)", flush=True)
+            print(
+                "# vllm case skipped: vLLM is not installed (bash scripts/install_vllm.sh, then run this script "
+                "with .venv-vllm/bin/python)",
+                flush=True,
+            )
             continue
         for arm in a.arms:
             if case == "vllm" and arm == "stock":
                 continue  # the engine is slimrl's: there is no stock-TRL arm with it
             extra = ["--smoke"] if a.smoke else []
             extra += ["--gradient_checkpointing"] if a.gradient_checkpointing else []
-            row = run_self(["--child", case, arm, "--steps", str(steps), "--threads", str(a.threads), *extra],
-                           a.threads)
+            row = run_self(
+                ["--child", case, arm, "--steps", str(steps), "--threads", str(a.threads), *extra], a.threads
+            )
             row.setdefault("case", case)
             row.setdefault("arm", arm)
             rows.append(row)
@@ -283,8 +354,7 @@ def main(argv=None) -> int:
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=2)
-    print(f"# shared-prefix forwards, {steps} steps per run, {a.threads} thread(s)"
-          f"{' (smoke)' if a.smoke else ''}")
+    print(f"# shared-prefix forwards, {steps} steps per run, {a.threads} thread(s){' (smoke)' if a.smoke else ''}")
     print(_table(rows, a.markdown))
     return 0 if all("error" not in r for r in rows) else 1
 

@@ -30,12 +30,37 @@ from _common import PhasePeak, pin_threads, run_self  # noqa: E402
 
 MiB = 1024**2
 SHAPES = {  # name: (tiny_llama kwargs, prompt, completion)
-    "4x256": (dict(vocab_size=32000, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,
-                   intermediate_size=688), 512, 128),
-    "smollm2": (dict(vocab_size=49152, hidden_size=576, num_layers=30, num_heads=9, num_kv_heads=3,
-                     intermediate_size=1536, tie_word_embeddings=True), 150, 16),
-    "4x576": (dict(vocab_size=49152, hidden_size=576, num_layers=4, num_heads=9, num_kv_heads=3,
-                   intermediate_size=1536, tie_word_embeddings=True), None, None),
+    "4x256": (
+        dict(vocab_size=32000, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=688),
+        512,
+        128,
+    ),
+    "smollm2": (
+        dict(
+            vocab_size=49152,
+            hidden_size=576,
+            num_layers=30,
+            num_heads=9,
+            num_kv_heads=3,
+            intermediate_size=1536,
+            tie_word_embeddings=True,
+        ),
+        150,
+        16,
+    ),
+    "4x576": (
+        dict(
+            vocab_size=49152,
+            hidden_size=576,
+            num_layers=4,
+            num_heads=9,
+            num_kv_heads=3,
+            intermediate_size=1536,
+            tie_word_embeddings=True,
+        ),
+        None,
+        None,
+    ),
     "2x32": (dict(vocab_size=512, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2), 8, 7),
     "2x64": (dict(vocab_size=1024, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2), 24, 8),
     "4x128": (dict(vocab_size=4096, hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2), 64, 16),
@@ -67,7 +92,7 @@ def batch(prompt: int, completion: int, prompts: int, rows: int = 8, vocab: int 
     ids = torch.cat([texts[which], torch.randint(3, vocab, (rows, completion), generator=g)], 1)
     mask = torch.cat([prompt_mask[which], torch.ones(rows, completion, dtype=torch.long)], 1)
     for r in range(rows):
-        mask[r, prompt + completion - (r * completion) // 16:] = 0
+        mask[r, prompt + completion - (r * completion) // 16 :] = 0
     labels = ids.masked_fill(mask == 0, -100)
     labels[:, :prompt] = -100
     return ids.masked_fill(mask == 0, 0), mask, labels, completion
@@ -84,8 +109,13 @@ def packed(model, ids, mask, labels, C):
     from slimrl.ops import shared_prefix as op
 
     pk = op.pack(ids, mask, labels)
-    out = model(input_ids=pk.input_ids, attention_mask=op.attention_mask_4d(pk, "sdpa", torch.float32),
-                position_ids=pk.position_ids, shift_labels=pk.shift_labels, fused_lm_head=True)
+    out = model(
+        input_ids=pk.input_ids,
+        attention_mask=op.attention_mask_4d(pk, "sdpa", torch.float32),
+        position_ids=pk.position_ids,
+        shift_labels=pk.shift_labels,
+        fused_lm_head=True,
+    )
     return op.unpack(out.log_probs, pk)[:, -C:], op.unpack(out.entropy, pk)[:, -C:]
 
 
@@ -109,13 +139,15 @@ def kv_cache(model, ids, mask, labels, C):
     for i, layer in enumerate(prompt_out.past_key_values.layers):
         cache.update(layer.keys[inverse], layer.values[inverse], i)
     positions = torch.arange(P, T)[None].expand(ids.shape[0], -1)
-    out = model.model(input_ids=ids[:, P:], attention_mask=mask, past_key_values=cache, position_ids=positions,
-                      use_cache=True)
+    out = model.model(
+        input_ids=ids[:, P:], attention_mask=mask, past_key_values=cache, position_ids=positions, use_cache=True
+    )
     hidden = torch.cat([prompt_out.last_hidden_state[inverse, -1:], out.last_hidden_state[:, :-1]], 1)
     target = labels[:, P:]
     scored = target != -100
-    lp, ent, *_ = fused_logprobs(hidden[scored], model.lm_head.weight, None, target[scored], 1.0, None, 1.0,
-                                 ("log_probs", "entropy"))
+    lp, ent, *_ = fused_logprobs(
+        hidden[scored], model.lm_head.weight, None, target[scored], 1.0, None, 1.0, ("log_probs", "entropy")
+    )
     zeros = torch.zeros(scored.shape)
     return zeros.masked_scatter(scored, lp), zeros.masked_scatter(scored, ent)
 
@@ -169,8 +201,11 @@ def small() -> None:
             for arm, measured in times.items():
                 measured.append(step(model, ARMS[arm], data))
         flops = forward_flops(model.config, *data[0].shape)
-        print(f"| {shape} | {rows} x {data[0].shape[1]} | {flops:.1e} | {1000 * min(times['per-row']):.1f} | "
-              f"{1000 * min(times['packed']):.1f} | {min(times['packed']) / min(times['per-row']):.2f} |", flush=True)
+        print(
+            f"| {shape} | {rows} x {data[0].shape[1]} | {flops:.1e} | {1000 * min(times['per-row']):.1f} | "
+            f"{1000 * min(times['packed']):.1f} | {min(times['packed']) / min(times['per-row']):.2f} |",
+            flush=True,
+        )
 
 
 def main(argv=None) -> int:
@@ -191,8 +226,11 @@ def main(argv=None) -> int:
         for shape in ("4x256", "smollm2"):
             for arm in ARMS:
                 r = run_self(["--child", shape, arm, "--threads", str(a.threads), "--reps", str(a.reps)], a.threads)
-                cells = ["error", r["error"][-200:]] if "error" in r else [f"{r['s']:.2f}",
-                                                                          f"{r['peak_above_start'] / MiB:.0f}"]
+                cells = (
+                    ["error", r["error"][-200:]]
+                    if "error" in r
+                    else [f"{r['s']:.2f}", f"{r['peak_above_start'] / MiB:.0f}"]
+                )
                 print(f"| {shape} | {arm} | {' | '.join(cells)} |", flush=True)
     if a.sweep:
         pin_threads(a.threads)

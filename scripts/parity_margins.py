@@ -14,14 +14,21 @@ import json
 import sys
 from collections import defaultdict
 
-KINDS = (("loss", "loss"), ("grad", "gradient"), ("param", "parameter"), ("metric", "metric"),
-         ("logged", "metric"), ("input", "input (old/ref log-probs)"))
+KINDS = (
+    ("loss", "loss"),
+    ("grad", "gradient"),
+    ("param", "parameter"),
+    ("metric", "metric"),
+    ("logged", "metric"),
+    ("input", "input (old/ref log-probs)"),
+)
 
 
 def kind_of(what: str) -> str:
     tail = what.split(": ")[-1] if ": " in what else what
-    return next((kind for key, kind in KINDS if key in tail.split(" ")[0] or tail.startswith("final " + key)),
-                "op output")
+    return next(
+        (kind for key, kind in KINDS if key in tail.split(" ")[0] or tail.startswith("final " + key)), "op output"
+    )
 
 
 def summarise(paths: list[str]) -> list[tuple]:
@@ -35,8 +42,15 @@ def summarise(paths: list[str]) -> list[tuple]:
     for kind, recs in sorted(rows.items()):
         worst = max(recs, key=lambda r: r["e_patched"] / r["bound"] if r["bound"] else 0.0)
         ratio = max((r["e_patched"] / r["e_stock"] for r in recs if r["e_stock"] > 0), default=0.0)
-        table.append((kind, len(recs), worst["e_patched"] / worst["bound"] if worst["bound"] else 0.0, ratio,
-                      f"{worst['test']} :: {worst['what']}"))
+        table.append(
+            (
+                kind,
+                len(recs),
+                worst["e_patched"] / worst["bound"] if worst["bound"] else 0.0,
+                ratio,
+                f"{worst['test']} :: {worst['what']}",
+            )
+        )
     return table
 
 

@@ -32,12 +32,20 @@ def test_readme_script_trains_on_cpu(tmp_path, algorithm):
     Trainer = trl.GRPOTrainer if algorithm == "grpo" else trl.RLOOTrainer
     ds = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"what is {i} + {i} ?"}] for i in range(8)]})
     args = Config(  # a bare config: no bf16/use_cpu flags, as a user would write it
-        output_dir=str(tmp_path / "out"), learning_rate=1e-4, per_device_train_batch_size=4, num_generations=4,
-        max_completion_length=6, max_steps=2, logging_steps=1, report_to="none", save_strategy="no",
+        output_dir=str(tmp_path / "out"),
+        learning_rate=1e-4,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
         unsloth_num_chunks=2,
     )
-    trainer = Trainer(model=model, args=args, reward_funcs=[_reward_len, _reward_digit], train_dataset=ds,
-                      processing_class=tokenizer)
+    trainer = Trainer(
+        model=model, args=args, reward_funcs=[_reward_len, _reward_digit], train_dataset=ds, processing_class=tokenizer
+    )
     base = trainer.model.get_base_model()
     assert num_chunks_of(base) == 2
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}

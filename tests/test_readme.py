@@ -25,8 +25,11 @@ def _available(block: str) -> bool:
     needs = re.match(r"# needs: (\w+)", block)
     if needs is None:
         return True
-    available = {"vllm": importlib.util.find_spec("vllm") is not None, "cuda": torch.cuda.is_available(),
-                 "hub": False}  # a Hub account and network: tests/export/test_hub.py covers it on a stand-in
+    available = {
+        "vllm": importlib.util.find_spec("vllm") is not None,
+        "cuda": torch.cuda.is_available(),
+        "hub": False,
+    }  # a Hub account and network: tests/export/test_hub.py covers it on a stand-in
     return available[needs.group(1)]
 
 

@@ -19,8 +19,11 @@ def test_unsupported_version_names_library_version_range_and_command(monkeypatch
     real = versions.installed
     monkeypatch.setattr(versions, "installed", lambda p: "4.50.0" if p == "transformers" else real(p))
     monkeypatch.delenv("SLIMRL_ALLOW_UNSUPPORTED", raising=False)
-    with pytest.raises(ImportError, match=r"transformers 4\.50\.0 is installed; slimrl supports transformers>=5,<6\..*"
-                                          r"pip install .*'transformers>=5,<6'"):
+    with pytest.raises(
+        ImportError,
+        match=r"transformers 4\.50\.0 is installed; slimrl supports transformers>=5,<6\..*"
+        r"pip install .*'transformers>=5,<6'",
+    ):
         versions.check()
     monkeypatch.setenv("SLIMRL_ALLOW_UNSUPPORTED", "1")
     with pytest.warns(UserWarning, match="transformers 4.50.0"):
@@ -33,9 +36,11 @@ def test_missing_library_is_named(monkeypatch):
 
 
 def test_checked_at_first_use_of_the_api():
-    code = ("import importlib.metadata as m; real = m.version; "
-            "m.version = lambda p: '1.10.0' if p == 'trl' else real(p); "
-            "import slimrl\ntry:\n    slimrl.PatchFastRL\nexcept ImportError as e:\n    print('refused:', e)")
+    code = (
+        "import importlib.metadata as m; real = m.version; "
+        "m.version = lambda p: '1.10.0' if p == 'trl' else real(p); "
+        "import slimrl\ntry:\n    slimrl.PatchFastRL\nexcept ImportError as e:\n    print('refused:', e)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "refused: slimrl cannot run on these library versions: trl 1.10.0 is installed" in out.stdout, out.stderr
 

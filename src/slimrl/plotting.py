@@ -23,15 +23,20 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 def grpo_panels(rows: list[dict]) -> list[tuple[str, list[str]]]:
     reward_keys = sorted({k for r in rows for k in r if k.startswith("rewards/") and k.endswith("/mean")})
-    return [("reward", ["reward"] + reward_keys), ("KL", ["kl"]), ("completion length (tokens)",
-                                                                  ["completions/mean_length"])]
+    return [
+        ("reward", ["reward"] + reward_keys),
+        ("KL", ["kl"]),
+        ("completion length (tokens)", ["completions/mean_length"]),
+    ]
 
 
 def preference_panels(rows: list[dict]) -> list[tuple[str, list[str]]]:
     # DPO/ORPO/KTO log implicit rewards of the chosen and rejected answers, their margin and the pair accuracy
-    return [("loss", ["loss", "nll_loss"]), ("implicit reward", ["rewards/chosen", "rewards/rejected",
-                                                                 "rewards/margins"]),
-            ("pair accuracy", ["rewards/accuracies"])]
+    return [
+        ("loss", ["loss", "nll_loss"]),
+        ("implicit reward", ["rewards/chosen", "rewards/rejected", "rewards/margins"]),
+        ("pair accuracy", ["rewards/accuracies"]),
+    ]
 
 
 def plot_metrics(metrics_path: str, png_path: str, panels=grpo_panels) -> str:

@@ -45,29 +45,53 @@ def tiny_tokenizer(vocab_size: int = 512):
         vocab[f"w{i}"] = i
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(pattern="\n", behavior="isolated"), pre_tokenizers.WhitespaceSplit(),
-         pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.Punctuation()]
+        [
+            pre_tokenizers.Split(pattern="\n", behavior="isolated"),
+            pre_tokenizers.WhitespaceSplit(),
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.Punctuation(),
+        ]
     )
     tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins word-level tokens with spaces
     hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", eos_token="<|im_end|>", unk_token="<unk>",
-        bos_token=None, additional_special_tokens=["<|im_start|>"],
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<|im_end|>",
+        unk_token="<unk>",
+        bos_token=None,
+        additional_special_tokens=["<|im_start|>"],
     )
     hf.chat_template = CHATML_TEMPLATE
     hf.padding_side = "left"
     return hf
 
 
-def tiny_llama_config(vocab_size: int = 512, hidden_size: int = 32, num_layers: int = 2, num_heads: int = 4,
-                      num_kv_heads: int = 2, intermediate_size: int | None = None, max_position_embeddings: int = 2048,
-                      tie_word_embeddings: bool = False, **kwargs):
+def tiny_llama_config(
+    vocab_size: int = 512,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int | None = None,
+    max_position_embeddings: int = 2048,
+    tie_word_embeddings: bool = False,
+    **kwargs,
+):
     from transformers import LlamaConfig
 
     return LlamaConfig(
-        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size or 2 * hidden_size,
-        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
-        max_position_embeddings=max_position_embeddings, tie_word_embeddings=tie_word_embeddings,
-        pad_token_id=0, eos_token_id=2, bos_token_id=None, **kwargs,
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size or 2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=tie_word_embeddings,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=None,
+        **kwargs,
     )
 
 
@@ -82,8 +106,9 @@ def tiny_llama(seed: int = 0, dtype: torch.dtype = torch.float32, **config_kwarg
     return model
 
 
-def save_tiny_model(path: str | os.PathLike | None = None, vocab_size: int = 512, seed: int = 0,
-                    **config_kwargs) -> str:
+def save_tiny_model(
+    path: str | os.PathLike | None = None, vocab_size: int = 512, seed: int = 0, **config_kwargs
+) -> str:
     """Save a tiny random model and its tokenizer to a folder (TRL reloads full-fine-tuning references by path)."""
     path = str(path or tempfile.mkdtemp(prefix="slimrl-tiny-"))
     tiny_llama(seed=seed, vocab_size=vocab_size, **config_kwargs).save_pretrained(path)

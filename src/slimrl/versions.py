@@ -52,8 +52,10 @@ def check(table: dict[str, str] = SUPPORTED, what: str = "slimrl") -> None:
     if not found:
         return
     pins = " ".join(f"'{package}{spec}'" for package, spec in table.items())
-    message = (f"{what} cannot run on these library versions: " + "; ".join(found) + f". Install supported ones: "
-               f"pip install {pins} (set SLIMRL_ALLOW_UNSUPPORTED=1 to try anyway).")
+    message = (
+        f"{what} cannot run on these library versions: " + "; ".join(found) + f". Install supported ones: "
+        f"pip install {pins} (set SLIMRL_ALLOW_UNSUPPORTED=1 to try anyway)."
+    )
     if os.environ.get("SLIMRL_ALLOW_UNSUPPORTED") in ("1", "true", "True"):
         warnings.warn(message, UserWarning, stacklevel=3)
         return

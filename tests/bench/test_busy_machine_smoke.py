@@ -44,8 +44,9 @@ def test_default_arms_cover_fewer_threads(bench):
 def test_quick_run_measures_every_arm_quiet_and_busy(tmp_path):
     out = tmp_path / "busy.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--output", str(out)], env=env, capture_output=True,
-                          text=True, timeout=1200)
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, "--quick", "--output", str(out)], env=env, capture_output=True, text=True, timeout=1200
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert [row["arm"] for row in result["rows"]] == ["default", "passive", "threads=1"]

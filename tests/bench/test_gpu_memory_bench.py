@@ -25,6 +25,7 @@ def _probe(limit, seen):
     def probe(length):
         seen.append(length)
         return length <= limit
+
     return probe
 
 
@@ -60,27 +61,62 @@ def test_clock_starts_no_child_after_the_deadline():
 
 
 def test_guess_from_a_linear_fit_of_the_reserved_peak():
-    rows = [{"kind": "grpo", "model": "8b", "arm": "stock", "length": n, "reserved": 10 * GiB + n * 2**20,
-             "device_total": 80 * GiB} for n in (2048, 8192)]
+    rows = [
+        {
+            "kind": "grpo",
+            "model": "8b",
+            "arm": "stock",
+            "length": n,
+            "reserved": 10 * GiB + n * 2**20,
+            "device_total": 80 * GiB,
+        }
+        for n in (2048, 8192)
+    ]
     assert gpu_memory.guess_longest(rows, "8b", "stock", 1024) == 70 * 1024  # (80 - 10) GiB at 1 MiB per token
     assert gpu_memory.guess_longest(rows[:1], "8b", "stock", 1024) is None
     assert gpu_memory.guess_longest(rows, "8b", "slimrl", 1024) is None
 
 
 def _run(arm, peak, seconds, **extra):
-    return {"kind": "grpo", "arm": arm, "model": "8b", "length": 8192, "rows": 8, "rollouts": "synthetic",
-            "device": "NVIDIA H100", "oom": False, "peak": peak * GiB, "reserved": peak * GiB,
-            "s_per_step": seconds, "losses": [0.5], **extra}
+    return {
+        "kind": "grpo",
+        "arm": arm,
+        "model": "8b",
+        "length": 8192,
+        "rows": 8,
+        "rollouts": "synthetic",
+        "device": "NVIDIA H100",
+        "oom": False,
+        "peak": peak * GiB,
+        "reserved": peak * GiB,
+        "s_per_step": seconds,
+        "losses": [0.5],
+        **extra,
+    }
 
 
 def _fit(arm, longest, failure):
-    return {"kind": "bisect", "arm": arm, "model": "8b", "rows": 8, "longest": longest, "first_failure": failure,
-            "failure_reason": "OOM", "probes": [(longest, True), (failure, False)], "device": "NVIDIA H100"}
+    return {
+        "kind": "bisect",
+        "arm": arm,
+        "model": "8b",
+        "rows": 8,
+        "longest": longest,
+        "first_failure": failure,
+        "failure_reason": "OOM",
+        "probes": [(longest, True), (failure, False)],
+        "device": "NVIDIA H100",
+    }
 
 
 def test_report_ratios_and_target_verdicts():
-    rows = [_run("stock", 60, 10.0), _run("slimrl", 58, 10.2), _run("slimrl-offload", 27, 11.0),
-            _fit("stock", 16384, 17408), _fit("slimrl-offload", 40960, 41984)]
+    rows = [
+        _run("stock", 60, 10.0),
+        _run("slimrl", 58, 10.2),
+        _run("slimrl-offload", 27, 11.0),
+        _fit("stock", 16384, 17408),
+        _fit("slimrl-offload", 40960, 41984),
+    ]
     text = report.render(rows)
     assert text.startswith("# slimrl vs stock TRL on NVIDIA H100")
     assert "| 8b | 8 x 8192 | synthetic | slimrl-offload | 27.00 | 27.00 | 11.00 | 0.45 | 1.10 | 0.5 |" in text
@@ -100,8 +136,13 @@ def test_report_marks_out_of_memory_and_missing_rows():
 def test_smoke_run_end_to_end(tmp_path):
     out = tmp_path / "rows.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(ROOT, "src"))
-    proc = subprocess.run([sys.executable, os.path.join(BENCH, "gpu_memory.py"), "--smoke", "--json", str(out)],
-                          env=env, capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "gpu_memory.py"), "--smoke", "--json", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
     runs = [r for r in rows if r["kind"] in ("grpo", "pref")]

@@ -20,8 +20,14 @@ SCRIPT = os.path.join(ROOT, "bench", "ppo_memory.py")
 def test_quick_run_measures_every_arm(tmp_path):
     out_json = tmp_path / "ppo.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--markdown", "--json", str(out_json)], env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, "--quick", "--markdown", "--json", str(out_json)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out_json.read_text())["rows"]
     assert set(rows) == {"four", "slimrl", "slimrl-full"}

@@ -20,8 +20,13 @@ GiB = 1024**3
 def run_bench(tmp_path, *flags: str) -> tuple[str, dict]:
     out_json = tmp_path / "rows.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--json", str(out_json), *flags], env=env,
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, "--quick", "--json", str(out_json), *flags],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout, json.loads(out_json.read_text())
 

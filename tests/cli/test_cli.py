@@ -36,14 +36,26 @@ def test_grpo_help_shows_every_flag_with_its_default(capsys):
         main(["grpo", "--help"])
     assert exc.value.code == 0
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    for flag in ("--learning_rate", "--num_generations", "--beta", "--model_name_or_path", "--lora_r",
-                 "--load_in_4bit", "--task", "--num_train_samples", "--seed", "--reward_funcs", "--config"):
+    for flag in (
+        "--learning_rate",
+        "--num_generations",
+        "--beta",
+        "--model_name_or_path",
+        "--lora_r",
+        "--load_in_4bit",
+        "--task",
+        "--num_train_samples",
+        "--seed",
+        "--reward_funcs",
+        "--config",
+    ):
         assert flag in out, flag
     assert "slimrl CLI default: 0.0002 (TRL: 1e-06)" in out
     assert "(default: smollm2-135m)" in out
     import dataclasses
 
     from trl import GRPOConfig
+
     dests = {a.dest for a in build_grpo_parser()._actions}
     assert {f.name for f in dataclasses.fields(GRPOConfig) if f.init} <= dests
 
@@ -57,19 +69,34 @@ def test_cli_defaults_and_user_values_win():
     assert args.output_dir == "outputs/slimrl-grpo-arithmetic"
     assert model_args.model_name_or_path == "smollm2-135m" and model_args.lora_r == 16
     # a value equal to TRL's own default is still the user's choice
-    _, _, args = parse_grpo_args(["--bf16", "False", "--learning_rate", "1e-6", "--beta", "0.0",
-                                  "--gradient_checkpointing", "True", "--output_dir", "/tmp/x"])
+    _, _, args = parse_grpo_args(
+        [
+            "--bf16",
+            "False",
+            "--learning_rate",
+            "1e-6",
+            "--beta",
+            "0.0",
+            "--gradient_checkpointing",
+            "True",
+            "--output_dir",
+            "/tmp/x",
+        ]
+    )
     assert (args.learning_rate, args.beta, args.gradient_checkpointing, args.output_dir) == (1e-6, 0.0, True, "/tmp/x")
-    task_args, _, args = parse_grpo_args(["--bf16", "False", "--dataset_name", "data/my_set.jsonl",
-                                          "--reward_funcs", "a.b", "c.py:d"])
+    task_args, _, args = parse_grpo_args(
+        ["--bf16", "False", "--dataset_name", "data/my_set.jsonl", "--reward_funcs", "a.b", "c.py:d"]
+    )
     assert args.output_dir == "outputs/slimrl-grpo-my_set" and task_args.reward_funcs == ["a.b", "c.py:d"]
 
 
 def test_yaml_config_then_cli_override(tmp_path, monkeypatch):
     monkeypatch.delenv("SLIMRL_TEST_ENV", raising=False)
     config = tmp_path / "run.yaml"
-    config.write_text("learning_rate: 3.0e-4\nmax_steps: 7\nlora_r: 4\ntask: arithmetic\nbf16: false\n"
-                      "num_eval_samples: 5\nenv:\n  SLIMRL_TEST_ENV: hello\n")
+    config.write_text(
+        "learning_rate: 3.0e-4\nmax_steps: 7\nlora_r: 4\ntask: arithmetic\nbf16: false\n"
+        "num_eval_samples: 5\nenv:\n  SLIMRL_TEST_ENV: hello\n"
+    )
     task_args, model_args, args = parse_grpo_args(["--config", str(config), "--max_steps", "9", "--lora_r", "8"])
     assert args.learning_rate == 3e-4 and args.max_steps == 9 and model_args.lora_r == 8
     assert task_args.num_eval_samples == 5 and os.environ["SLIMRL_TEST_ENV"] == "hello"
@@ -98,20 +125,44 @@ def test_two_step_run_leaves_adapter_metrics_plot_and_generate_works(tmp_path, r
 
     model_dir = save_tiny_model(tmp_path / "tiny")
     out = tmp_path / "run"
-    assert main(["grpo", "--model_name_or_path", model_dir, "--max_steps", "2", "--max_completion_length", "8",
-                 "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
-                 "--num_generations", "4", "--num_train_samples", "16", "--num_eval_samples", "4",
-                 "--output_dir", str(out), "--seed", "1"]) == 0
-    for name in ("adapter_config.json", "adapter_model.safetensors", "metrics.jsonl", "eval.json",
-                 "slimrl_run.json"):
+    assert (
+        main(
+            [
+                "grpo",
+                "--model_name_or_path",
+                model_dir,
+                "--max_steps",
+                "2",
+                "--max_completion_length",
+                "8",
+                "--per_device_train_batch_size",
+                "4",
+                "--gradient_accumulation_steps",
+                "1",
+                "--num_generations",
+                "4",
+                "--num_train_samples",
+                "16",
+                "--num_eval_samples",
+                "4",
+                "--output_dir",
+                str(out),
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
+    for name in ("adapter_config.json", "adapter_model.safetensors", "metrics.jsonl", "eval.json", "slimrl_run.json"):
         assert (out / name).is_file(), name
     png = out / "training_curves.png"
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     step_rows = [r for r in rows if "reward" in r]
     assert [r["step"] for r in step_rows] == [1, 2]
-    assert {"rewards/format_reward/mean", "rewards/correctness_reward/mean", "kl",
-            "completions/mean_length"} <= set(step_rows[0])
+    assert {"rewards/format_reward/mean", "rewards/correctness_reward/mean", "kl", "completions/mean_length"} <= set(
+        step_rows[0]
+    )
     summary = json.loads((out / "eval.json").read_text())
     assert summary["eval_before"]["n"] == 4 and 0.0 <= summary["accuracy_after"] <= 1.0
 
@@ -131,8 +182,22 @@ def test_two_step_run_leaves_adapter_metrics_plot_and_generate_works(tmp_path, r
 def test_doctor_reports_versions_and_optional_parts(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    for key in ("python", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "slimrl", "device",
-                "dtype", "vLLM", "bitsandbytes", "gguf", "embedded model"):
+    for key in (
+        "python",
+        "torch",
+        "transformers",
+        "trl",
+        "peft",
+        "accelerate",
+        "datasets",
+        "slimrl",
+        "device",
+        "dtype",
+        "vLLM",
+        "bitsandbytes",
+        "gguf",
+        "embedded model",
+    ):
         assert key in out, key
 
 

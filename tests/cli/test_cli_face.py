@@ -17,14 +17,27 @@ def test_user_error_is_one_line_and_exit_2(tmp_path, capsys):
     bad.write_text("lerning_rate: 2e-4\nmax_steps: 1\n")
     assert main(["grpo", "--config", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[0] == ("slimrl grpo: error: unknown key(s) in the --config file: lerning_rate (did you mean "
-                      "learning_rate, logging_strategy?). Every key must be a flag of this command (see --help).")
+    assert err[0] == (
+        "slimrl grpo: error: unknown key(s) in the --config file: lerning_rate (did you mean "
+        "learning_rate, logging_strategy?). Every key must be a flag of this command (see --help)."
+    )
     assert err[1] == "(run with --debug for the traceback)" and len(err) == 2
 
 
 def test_missing_model_path_is_a_user_error(tmp_path, capsys):
-    code = main(["dpo", "--model_name_or_path", str(tmp_path / "nowhere"), "--max_steps", "1",
-                 "--num_eval_samples", "0", "--output_dir", str(tmp_path / "out")])
+    code = main(
+        [
+            "dpo",
+            "--model_name_or_path",
+            str(tmp_path / "nowhere"),
+            "--max_steps",
+            "1",
+            "--num_eval_samples",
+            "0",
+            "--output_dir",
+            str(tmp_path / "out"),
+        ]
+    )
     assert code == 2 and "No model folder or file at" in capsys.readouterr().err
 
 
@@ -73,8 +86,9 @@ def test_known_noise_is_silenced_and_restored(caplog):
         warnings.simplefilter("always")
         with face.quiet_known_noise():
             noisy.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s.", "no kernels")
-            warnings.warn("`gradient_checkpointing` is deprecated, use `activation_checkpointing`", FutureWarning,
-                          stacklevel=1)
+            warnings.warn(
+                "`gradient_checkpointing` is deprecated, use `activation_checkpointing`", FutureWarning, stacklevel=1
+            )
             warnings.warn("'pin_memory' argument is set as true but no accelerator is found", UserWarning, stacklevel=1)
             noisy.warning("another bitsandbytes message")  # negative control: other lines still show
             warnings.warn("something else", UserWarning, stacklevel=1)
@@ -83,8 +97,10 @@ def test_known_noise_is_silenced_and_restored(caplog):
     assert not noisy.filters, "the filter is removed after the command"
 
 
-@pytest.mark.parametrize("given, max_steps, expected", [(None, 3, 16), (None, 10, 40), (None, 30, 128),
-                                                        (None, -1, 128), (128, 3, 128), (0, 3, 0)])
+@pytest.mark.parametrize(
+    "given, max_steps, expected",
+    [(None, 3, 16), (None, 10, 40), (None, 30, 128), (None, -1, 128), (128, 3, 128), (0, 3, 0)],
+)
 def test_short_runs_evaluate_fewer_prompts_unless_told(given, max_steps, expected, capsys):
     task = types.SimpleNamespace(num_eval_samples=given)
     resolve_eval_samples(task, max_steps)

@@ -25,8 +25,19 @@ def test_help_lists_every_ppo_field_and_the_cli_defaults(capsys):
         main(["ppo", "--help"])
     assert exc.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    for flag in ("--num_ppo_epochs", "--kl_coef", "--kl_estimator", "--cliprange_value", "--response_length",
-                 "--model_name_or_path", "--lora_r", "--task", "--dataset_name", "--config", "--slimrl_num_chunks"):
+    for flag in (
+        "--num_ppo_epochs",
+        "--kl_coef",
+        "--kl_estimator",
+        "--cliprange_value",
+        "--response_length",
+        "--model_name_or_path",
+        "--lora_r",
+        "--task",
+        "--dataset_name",
+        "--config",
+        "--slimrl_num_chunks",
+    ):
         assert flag in out, flag
     assert "slimrl CLI default: 0.0001 (TRL: 5e-05)" in out
     from slimrl.ppo import PPOConfig
@@ -42,8 +53,9 @@ def test_cli_defaults_user_values_and_output_dir():
             assert getattr(args, name) == value or str(getattr(args, name)).endswith(str(value)), name
     assert args.output_dir == "outputs/slimrl-ppo-arithmetic" and model_args.model_name_or_path == "smollm2-135m"
     assert args.kl_coef == 0.05 and args.cliprange == 0.2  # TRL's PPO defaults where the CLI has no reason to differ
-    _, _, args = parse_ppo_args(["--bf16", "False", "--num_ppo_epochs", "4", "--learning_rate", "5e-5",
-                                 "--output_dir", "/tmp/x"])
+    _, _, args = parse_ppo_args(
+        ["--bf16", "False", "--num_ppo_epochs", "4", "--learning_rate", "5e-5", "--output_dir", "/tmp/x"]
+    )
     assert (args.num_ppo_epochs, args.learning_rate, args.output_dir) == (4, 5e-5, "/tmp/x")
     assert user_fields(args) == {"bf16", "num_ppo_epochs", "learning_rate", "output_dir"}
 
@@ -53,18 +65,55 @@ def test_two_step_run_leaves_adapter_metrics_plot_eval(tmp_path, restore_trl):
 
     model_dir = save_tiny_model(tmp_path / "tiny")
     out = tmp_path / "run"
-    assert main(["ppo", "--model_name_or_path", model_dir, "--max_steps", "2", "--response_length", "8",
-                 "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
-                 "--num_train_samples", "16", "--num_eval_samples", "4", "--output_dir", str(out), "--seed", "1"]) == 0
-    for name in ("adapter_config.json", "adapter_model.safetensors", "metrics.jsonl", "eval.json", "slimrl_run.json",
-                 "slimrl_ppo_value.safetensors"):
+    assert (
+        main(
+            [
+                "ppo",
+                "--model_name_or_path",
+                model_dir,
+                "--max_steps",
+                "2",
+                "--response_length",
+                "8",
+                "--per_device_train_batch_size",
+                "4",
+                "--gradient_accumulation_steps",
+                "1",
+                "--num_train_samples",
+                "16",
+                "--num_eval_samples",
+                "4",
+                "--output_dir",
+                str(out),
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
+    for name in (
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "metrics.jsonl",
+        "eval.json",
+        "slimrl_run.json",
+        "slimrl_ppo_value.safetensors",
+    ):
         assert (out / name).is_file(), name
     assert (out / "training_curves.png").read_bytes()[:4] == b"\x89PNG"
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss/policy_avg" in r]
     assert [r["step"] for r in steps] == [1, 2]
-    assert {"objective/scores", "objective/kl", "objective/rlhf_reward", "policy/approxkl_avg", "loss/value_avg",
-            "val/ratio", "peak_memory_gb", "episode"} <= set(steps[0])
+    assert {
+        "objective/scores",
+        "objective/kl",
+        "objective/rlhf_reward",
+        "policy/approxkl_avg",
+        "loss/value_avg",
+        "val/ratio",
+        "peak_memory_gb",
+        "episode",
+    } <= set(steps[0])
     summary = json.loads((out / "eval.json").read_text())
     assert summary["eval_before"]["n"] == 4 and 0.0 <= summary["accuracy_after"] <= 1.0
     run_info = json.loads((out / "slimrl_run.json").read_text())

@@ -23,8 +23,16 @@ def test_help_lists_config_fields_and_cli_defaults(algorithm, capsys):
         main([algorithm, "--help"])
     assert exc.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    for flag in ("--beta", "--learning_rate", "--max_length", "--model_name_or_path", "--lora_r", "--dataset_name",
-                 "--chosen_column" if algorithm != "kto" else "--label_column", "--config"):
+    for flag in (
+        "--beta",
+        "--learning_rate",
+        "--max_length",
+        "--model_name_or_path",
+        "--lora_r",
+        "--dataset_name",
+        "--chosen_column" if algorithm != "kto" else "--label_column",
+        "--config",
+    ):
         assert flag in out, flag
     assert "slimrl CLI default: 5e-05 (TRL: 1e-06)" in out
 
@@ -37,8 +45,9 @@ def test_preference_defaults_user_values_and_output_dir():
             assert got == value or str(got).endswith(str(value)), name
     assert args.output_dir == "outputs/slimrl-dpo-arithmetic" and model_args.model_name_or_path == "smollm2-135m"
     assert args.beta == 0.1  # TRL's own default is kept where the CLI has no reason to differ
-    task_args, _, args = parse_preference_args("kto", ["--bf16", "False", "--learning_rate", "1e-6",
-                                                       "--dataset_name", "data/prefs.jsonl"])
+    task_args, _, args = parse_preference_args(
+        "kto", ["--bf16", "False", "--learning_rate", "1e-6", "--dataset_name", "data/prefs.jsonl"]
+    )
     assert args.learning_rate == 1e-6 and args.output_dir == "outputs/slimrl-kto-prefs"
     with pytest.raises(ValueError, match="--max_operand"):
         parse_preference_args("dpo", ["--bf16", "False", "--dataset_name", "x.jsonl", "--max_operand", "5"])
@@ -48,8 +57,9 @@ def test_preference_defaults_user_values_and_output_dir():
 def test_dataset_errors_come_before_model_loading(tmp_path, restore_trl, capsys):
     path = tmp_path / "p.jsonl"
     path.write_text(json.dumps({"prompt": "hi", "chosen": "a"}) + "\n")
-    assert main(["dpo", "--bf16", "False", "--dataset_name", str(path), "--model_name_or_path",
-                 "/nonexistent/model"]) == 2
+    assert (
+        main(["dpo", "--bf16", "False", "--dataset_name", str(path), "--model_name_or_path", "/nonexistent/model"]) == 2
+    )
     err = capsys.readouterr().err
     assert "--rejected_column" in err and "No model folder" not in err
 
@@ -60,9 +70,30 @@ def test_two_step_run_leaves_adapter_metrics_plot(algorithm, tmp_path, restore_t
 
     model_dir = save_tiny_model(tmp_path / "tiny")
     out = tmp_path / "run"
-    assert main([algorithm, "--model_name_or_path", model_dir, "--max_steps", "2", "--per_device_train_batch_size",
-                 "2", "--num_train_samples", "8", "--num_eval_samples", "2", "--output_dir", str(out),
-                 "--seed", "1", "--disable_tqdm", "True"]) == 0
+    assert (
+        main(
+            [
+                algorithm,
+                "--model_name_or_path",
+                model_dir,
+                "--max_steps",
+                "2",
+                "--per_device_train_batch_size",
+                "2",
+                "--num_train_samples",
+                "8",
+                "--num_eval_samples",
+                "2",
+                "--output_dir",
+                str(out),
+                "--seed",
+                "1",
+                "--disable_tqdm",
+                "True",
+            ]
+        )
+        == 0
+    )
     for name in ("adapter_config.json", "adapter_model.safetensors", "metrics.jsonl", "eval.json", "slimrl_run.json"):
         assert (out / name).is_file(), name
     assert (out / "training_curves.png").read_bytes()[:4] == b"\x89PNG"

@@ -21,8 +21,7 @@ def test_default_ppo_command_raises_score_and_accuracy(tmp_path):
 
     out = tmp_path / "run"
     assert main(["ppo", "--output_dir", str(out), "--seed", "1", "--disable_tqdm", "True"]) == 0
-    rollouts = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
-                if "objective/scores" in r]
+    rollouts = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "objective/scores" in r]
     assert len(rollouts) == 20
     first = sum(r["objective/scores"] for r in rollouts[:5]) / 5
     last = sum(r["objective/scores"] for r in rollouts[-5:]) / 5

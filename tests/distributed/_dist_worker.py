@@ -42,14 +42,29 @@ RUNS = {
     "dpo": dict(max_steps=3, learning_rate=0.05),
 }
 # No gradient clipping: DeepSpeed clips inside its step, after the callback reads the gradients
-COMMON = dict(optim="sgd", lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=0.0,
-              logging_steps=1, save_strategy="no", report_to="none", seed=0, disable_dropout=True)
+COMMON = dict(
+    optim="sgd",
+    lr_scheduler_type="constant",
+    warmup_steps=0,
+    weight_decay=0.0,
+    max_grad_norm=0.0,
+    logging_steps=1,
+    save_strategy="no",
+    report_to="none",
+    seed=0,
+    disable_dropout=True,
+)
 
 
 def zero_config(stage: int) -> dict:
-    return {"zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0},
-            "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
-            "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "zero_allow_untested_optimizer": True}
+    return {
+        "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0},
+        "train_micro_batch_size_per_gpu": "auto",
+        "train_batch_size": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto",
+        "zero_allow_untested_optimizer": True,
+    }
 
 
 def full_grad(param, zero: bool):
@@ -125,8 +140,15 @@ class HeadCalls(TrainerCallback):
 
         def recorded(hidden, weight, *rest, **kwargs):
             inside_model = self.depth["root"] > 0 if self.depth["model"] is None else self.depth["model"] > 0
-            self.calls.append((torch.is_grad_enabled(), self.depth["root"] > 0, inside_model,
-                               type(weight).__name__, tuple(weight.shape)))
+            self.calls.append(
+                (
+                    torch.is_grad_enabled(),
+                    self.depth["root"] > 0,
+                    inside_model,
+                    type(weight).__name__,
+                    tuple(weight.shape),
+                )
+            )
             return original(hidden, weight, *rest, **kwargs)
 
         logprob.fused_logprobs = recorded
@@ -172,8 +194,9 @@ def build(algorithm: str, side: str, batch: int, output_dir: str, zero: int | No
     return P.finish_side(side, trainer)
 
 
-def run(algorithm: str, side: str, batch: int, output_dir: str, replay: list | None = None,
-        zero: int | None = None) -> dict:
+def run(
+    algorithm: str, side: str, batch: int, output_dir: str, replay: list | None = None, zero: int | None = None
+) -> dict:
     """Train one side in its patch state; returns what it recorded (rollouts: this process's own)."""
     with P.side_state(side, algorithm):
         trainer = build(algorithm, side, batch, output_dir, zero)
@@ -192,16 +215,23 @@ def run(algorithm: str, side: str, batch: int, output_dir: str, replay: list | N
             trainer.train()
         finally:
             logprob.fused_logprobs = original_head
-    return dict(losses=T.logged(trainer, "loss"), micro_losses=micro_losses, grads=grads.grads,
-                head_calls=heads.calls, rollouts=rollouts,
-                params={n: full_param(p, zero is not None) for n, p in P.trainable(trainer.model).items()},
-                world_size=trainer.args.world_size, use_cpu=trainer.args.use_cpu)
+    return dict(
+        losses=T.logged(trainer, "loss"),
+        micro_losses=micro_losses,
+        grads=grads.grads,
+        head_calls=heads.calls,
+        rollouts=rollouts,
+        params={n: full_param(p, zero is not None) for n, p in P.trainable(trainer.model).items()},
+        world_size=trainer.args.world_size,
+        use_cpu=trainer.args.use_cpu,
+    )
 
 
 def _merge_rollouts(per_rank: list[list]) -> list:
     """Per rollout call: the ranks' prompt and completion lists concatenated in rank order."""
-    return [(sum((r[i][0] for r in per_rank), []), sum((r[i][1] for r in per_rank), []))
-            for i in range(len(per_rank[0]))]
+    return [
+        (sum((r[i][0] for r in per_rank), []), sum((r[i][1] for r in per_rank), [])) for i in range(len(per_rank[0]))
+    ]
 
 
 def main() -> None:

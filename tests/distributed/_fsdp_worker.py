@@ -103,8 +103,14 @@ def main(out: str) -> None:
     total_tokens = int((labels[:, 1:] != -100).sum())
     log_probs, entropy, loss = score(peft_model, slice(rank * per_rank, (rank + 1) * per_rank), total_tokens, world)
     loss.backward()
-    result = dict(log_probs=log_probs.detach(), entropy=entropy.detach(), grads=lora_grads(peft_model),
-                  sharded_head=sharded, gathered_head_equal=bool(torch.equal(gathered, full_head)), head_seen=seen)
+    result = dict(
+        log_probs=log_probs.detach(),
+        entropy=entropy.detach(),
+        grads=lora_grads(peft_model),
+        sharded_head=sharded,
+        gathered_head_equal=bool(torch.equal(gathered, full_head)),
+        head_seen=seen,
+    )
     results = [None] * world
     dist.all_gather_object(results, result)
     if rank == 0:

@@ -21,9 +21,15 @@ TIMEOUT_S = 600
 
 def process_env(**extra: str) -> dict:
     paths = [str(ROOT / d) for d in HELPER_DIRS]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_CPU"):
         env.pop(name, None)  # a launch inside a launch would inherit the outer one's rendezvous
     env.update(extra)
@@ -32,10 +38,24 @@ def process_env(**extra: str) -> dict:
 
 def torchrun(script: str | Path, *args: str, nproc: int = 2, check: bool = True, **env: str):
     """Run `script` in `nproc` processes; returns the CompletedProcess (stdout and stderr together)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               str(script), *map(str, args)]
-    done = subprocess.run(command, cwd=ROOT, env=process_env(**env), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT_S)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        str(script),
+        *map(str, args),
+    ]
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        env=process_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     if check and done.returncode != 0:
         raise AssertionError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-6000:]}")
     return done
@@ -43,10 +63,24 @@ def torchrun(script: str | Path, *args: str, nproc: int = 2, check: bool = True,
 
 def accelerate_launch(config: str | Path, script: str | Path, *args: str, check: bool = True):
     """`accelerate launch --config_file config script ...` (its own launcher logic, torchrun underneath)."""
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), str(script),
-               *map(str, args)]
-    done = subprocess.run(command, cwd=ROOT, env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=TIMEOUT_S)
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(config),
+        str(script),
+        *map(str, args),
+    ]
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        env=process_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     if check and done.returncode != 0:
         raise AssertionError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-6000:]}")
     return done

@@ -34,8 +34,9 @@ def _assert_trained(runs: dict, algorithms, distributed_type: str) -> None:
 
 
 def test_ddp_config_trains_every_algorithm(tmp_path):
-    done = accelerate_launch(EXAMPLES / "ddp.yaml", EXAMPLES / "train.py", "--algorithm", ",".join(ALL),
-                             "--output_dir", tmp_path)
+    done = accelerate_launch(
+        EXAMPLES / "ddp.yaml", EXAMPLES / "train.py", "--algorithm", ",".join(ALL), "--output_dir", tmp_path
+    )
     _assert_trained(_runs(done.stdout), ALL, "MULTI_CPU")
 
 
@@ -43,13 +44,20 @@ def test_ddp_config_trains_every_algorithm(tmp_path):
 def test_zero_configs_train(tmp_path, stage):
     pytest.importorskip("deepspeed", reason="DeepSpeed is not installed: bash scripts/install_deepspeed.sh")
     algorithms = ("grpo", "dpo") if stage == 3 else ("rloo", "orpo")
-    done = accelerate_launch(EXAMPLES / f"zero{stage}.yaml", EXAMPLES / "train.py", "--algorithm",
-                             ",".join(algorithms), "--output_dir", tmp_path)
+    done = accelerate_launch(
+        EXAMPLES / f"zero{stage}.yaml",
+        EXAMPLES / "train.py",
+        "--algorithm",
+        ",".join(algorithms),
+        "--output_dir",
+        tmp_path,
+    )
     _assert_trained(_runs(done.stdout), algorithms, "DEEPSPEED")
 
 
 def test_fsdp2_config_on_cpus_is_refused(tmp_path):
-    done = accelerate_launch(EXAMPLES / "fsdp2.yaml", EXAMPLES / "train.py", "--algorithm", "dpo", "--output_dir",
-                             tmp_path, check=False)
+    done = accelerate_launch(
+        EXAMPLES / "fsdp2.yaml", EXAMPLES / "train.py", "--algorithm", "dpo", "--output_dir", tmp_path, check=False
+    )
     assert done.returncode != 0
     assert "FSDP was asked for, but the 2 processes train on CPUs" in done.stdout, done.stdout[-3000:]

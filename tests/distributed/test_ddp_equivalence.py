@@ -44,8 +44,10 @@ def _two_processes(algorithm, tmp_path, zero=None) -> dict:
 
 
 def _one_process(algorithm, tmp_path, replay) -> P.Sides:
-    runs = {side: W.run(algorithm, side, WORLD * PER_DEVICE_BATCH, str(tmp_path / side), replay=replay)
-            for side in REFERENCE_SIDES}
+    runs = {
+        side: W.run(algorithm, side, WORLD * PER_DEVICE_BATCH, str(tmp_path / side), replay=replay)
+        for side in REFERENCE_SIDES
+    }
     return P.Sides(stock=None, **runs)
 
 
@@ -90,8 +92,11 @@ CASES = [("grpo", None), ("dpo", None), ("grpo", 2), ("grpo", 3), ("dpo", 3)]
 @pytest.mark.parametrize("algorithm,zero", CASES, ids=[f"{a}-ddp" if z is None else f"{a}-zero{z}" for a, z in CASES])
 def test_two_processes_equal_one_at_twice_the_batch(tmp_path, unpatched, algorithm, zero):
     if zero is not None:
-        pytest.importorskip("deepspeed", reason="DeepSpeed is not installed: bash scripts/install_deepspeed.sh, then "
-                                                "run the tier with .venv-deepspeed/bin/python")
+        pytest.importorskip(
+            "deepspeed",
+            reason="DeepSpeed is not installed: bash scripts/install_deepspeed.sh, then "
+            "run the tier with .venv-deepspeed/bin/python",
+        )
     two = _two_processes(algorithm, tmp_path, zero)
     assert (two["world_size"], two["use_cpu"]) == (WORLD, True), "use_cpu was not resolved for 2 CPU processes"
     ranks = two["rank_params"]

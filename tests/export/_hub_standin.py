@@ -59,15 +59,25 @@ class StandIn:
                     return self._reply(*_validate_card(json.loads(body)["content"]))
                 if parts[:3] == ["api", "repos", "create"]:
                     data = json.loads(body)
-                    repo_id = f"{data.get('organization') or 'user'}/{data['name']}" if "/" not in data["name"] \
+                    repo_id = (
+                        f"{data.get('organization') or 'user'}/{data['name']}"
+                        if "/" not in data["name"]
                         else data["name"]
+                    )
                     standin.repos.setdefault(repo_id, {})
                     standin.private[repo_id] = data.get("visibility", data.get("private"))
                     return self._reply(200, {"url": f"{standin.url}/{repo_id}", "name": repo_id, "id": repo_id})
                 if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4] == "preupload":
                     files = json.loads(body)["files"]
-                    return self._reply(200, {"files": [{"path": f["path"], "uploadMode": "regular",
-                                                        "shouldIgnore": False, "oid": None} for f in files]})
+                    return self._reply(
+                        200,
+                        {
+                            "files": [
+                                {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
+                                for f in files
+                            ]
+                        },
+                    )
                 if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4] == "commit":
                     repo_id = f"{parts[2]}/{parts[3]}"
                     if repo_id not in standin.repos:
@@ -78,8 +88,14 @@ class StandIn:
                             value = item["value"]
                             standin.repos[repo_id][value["path"]] = base64.b64decode(value["content"])
                     oid = hashlib.sha1(body).hexdigest()
-                    return self._reply(200, {"commitUrl": f"{standin.url}/{repo_id}/commit/{oid}", "commitOid": oid,
-                                             "pullRequestUrl": None})
+                    return self._reply(
+                        200,
+                        {
+                            "commitUrl": f"{standin.url}/{repo_id}/commit/{oid}",
+                            "commitOid": oid,
+                            "pullRequestUrl": None,
+                        },
+                    )
                 return self._reply(404, {"error": f"not served by the stand-in: {self.path}"})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

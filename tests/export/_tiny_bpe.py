@@ -17,8 +17,10 @@ def _corpus() -> list[str]:
     lines = []
     for a in range(0, 40, 3):
         for b in range(0, 30, 7):
-            lines.append(f"<|im_start|>user\nWhat is {a} + {b}? Answer with the number.<|im_end|>\n"
-                         f"<|im_start|>assistant\nThe answer is {a + b}.<|im_end|>\n")
+            lines.append(
+                f"<|im_start|>user\nWhat is {a} + {b}? Answer with the number.<|im_end|>\n"
+                f"<|im_start|>assistant\nThe answer is {a + b}.<|im_end|>\n"
+            )
             lines.append(f"Compute {a} times {b} minus {b}: the result is {a * b - b}.")
     return lines
 
@@ -31,12 +33,20 @@ def tiny_bpe_tokenizer(vocab_size: int = 384):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIALS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(_corpus(), trainer)
     if tok.get_vocab_size() != vocab_size:
         raise AssertionError(f"trained {tok.get_vocab_size()} tokens, wanted {vocab_size}")
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>",
-                                 additional_special_tokens=["<|im_start|>"])
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
     hf.chat_template = CHATML_TEMPLATE
     return hf

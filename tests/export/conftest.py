@@ -34,7 +34,8 @@ def peft_model(base_dir):
     from slimrl import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(base_dir, dtype=torch.float32, max_seq_length=128)
-    model = FastLanguageModel.get_peft_model(model, r=4, lora_alpha=8, init_lora_weights=False,
-                                             use_gradient_checkpointing=False, random_state=1)
+    model = FastLanguageModel.get_peft_model(
+        model, r=4, lora_alpha=8, init_lora_weights=False, use_gradient_checkpointing=False, random_state=1
+    )
     model.eval()
     return model, tokenizer

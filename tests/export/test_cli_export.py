@@ -46,8 +46,26 @@ def test_export_push_to_hub(run_dir, monkeypatch, tmp_path):
         monkeypatch.setattr(constants, "ENDPOINT", hub.url)
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
         out = str(tmp_path / "gguf")
-        assert main(["export", "--adapter", run_dir, "--format", "gguf", "--quantization", "q8_0",
-                     "--output_dir", out, "--push_to_hub", "alice/run1-gguf", "--token", "hf_test"]) == 0
+        assert (
+            main(
+                [
+                    "export",
+                    "--adapter",
+                    run_dir,
+                    "--format",
+                    "gguf",
+                    "--quantization",
+                    "q8_0",
+                    "--output_dir",
+                    out,
+                    "--push_to_hub",
+                    "alice/run1-gguf",
+                    "--token",
+                    "hf_test",
+                ]
+            )
+            == 0
+        )
     assert {"model.Q8_0.gguf", "Modelfile", "README.md"} <= set(hub.repos["alice/run1-gguf"])
 
 

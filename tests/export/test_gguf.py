@@ -94,15 +94,29 @@ def test_qwen2_round_trip(bpe_tokenizer, tmp_path):
     from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2Tokenizer
 
     backend = json.loads(bpe_tokenizer.backend_tokenizer.to_str())
-    tokenizer = Qwen2Tokenizer(vocab=backend["model"]["vocab"], merges=[tuple(m) for m in backend["model"]["merges"]],
-                               unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer = Qwen2Tokenizer(
+        vocab=backend["model"]["vocab"],
+        merges=[tuple(m) for m in backend["model"]["merges"]],
+        unk_token=None,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+    )
     tokenizer.chat_template = bpe_tokenizer.chat_template
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=False)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
-    model = FastLanguageModel.get_peft_model(AutoModelForCausalLM.from_config(config), r=4, init_lora_weights=False,
-                                             use_gradient_checkpointing=False)
+    model = FastLanguageModel.get_peft_model(
+        AutoModelForCausalLM.from_config(config), r=4, init_lora_weights=False, use_gradient_checkpointing=False
+    )
     model.eval()
     path = model.save_pretrained_gguf(tmp_path, tokenizer, quantization_method="f32")
     fields = gguf.GGUFReader(path).fields
@@ -157,10 +171,14 @@ def test_unknown_pre_tokenizer_raises_and_can_be_stated(bpe_tokenizer, peft_mode
     from tokenizers import pre_tokenizers
 
     model, _ = peft_model
-    tokenizer = bpe_tokenizer.__class__(tokenizer_object=bpe_tokenizer.backend_tokenizer.__class__.from_str(
-        bpe_tokenizer.backend_tokenizer.to_str()), eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer = bpe_tokenizer.__class__(
+        tokenizer_object=bpe_tokenizer.backend_tokenizer.__class__.from_str(bpe_tokenizer.backend_tokenizer.to_str()),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+    )
     tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.ByteLevel(use_regex=False)])
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.ByteLevel(use_regex=False)]
+    )
     with pytest.raises(ValueError, match="gguf_pre_tokenizer"):
         model.save_pretrained_gguf(tmp_path, tokenizer, quantization_method="f16")
     path = model.save_pretrained_gguf(tmp_path, tokenizer, quantization_method="f16", gguf_pre_tokenizer="default")

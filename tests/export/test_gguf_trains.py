@@ -22,9 +22,16 @@ def test_gguf_model_trains_grpo_without_processing_class(peft_model, tmp_path):
     try:
         from trl import GRPOConfig, GRPOTrainer
 
-        args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
-                          max_completion_length=4, max_steps=1, learning_rate=1e-3, report_to="none",
-                          save_strategy="no")
+        args = GRPOConfig(
+            output_dir=str(tmp_path / "out"),
+            per_device_train_batch_size=4,
+            num_generations=4,
+            max_completion_length=4,
+            max_steps=1,
+            learning_rate=1e-3,
+            report_to="none",
+            save_strategy="no",
+        )
         data = Dataset.from_dict({"prompt": ["What is 1 + 2?", "What is 3 + 4?"] * 2})
         trainer = GRPOTrainer(model=loaded, reward_funcs=[reward_len], args=args, train_dataset=data)
         assert trainer.processing_class is loaded_tokenizer

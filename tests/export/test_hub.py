@@ -20,8 +20,9 @@ def hub(monkeypatch):
 
 def test_push_merged(peft_model, hub):
     model, tokenizer = peft_model
-    url = model.push_to_hub_merged("alice/tiny-merged", tokenizer, save_method="merged_16bit", token="hf_test",
-                                   private=True, dtype=torch.float32)
+    url = model.push_to_hub_merged(
+        "alice/tiny-merged", tokenizer, save_method="merged_16bit", token="hf_test", private=True, dtype=torch.float32
+    )
     files = hub.repos["alice/tiny-merged"]
     assert url.startswith(f"{hub.url}/alice/tiny-merged/commit/")
     assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json", "README.md"} <= set(files)

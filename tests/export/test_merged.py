@@ -67,8 +67,9 @@ def test_sixteen_bit_default_dtype_config_and_tokenizer(peft_model, tmp_path):
         assert greedy(loaded, tokenizer, prompt) == greedy(model, tokenizer, prompt)
     loaded_tokenizer = AutoTokenizer.from_pretrained(out)
     chat = [{"role": "user", "content": "What is 2 + 2?"}]
-    assert loaded_tokenizer.apply_chat_template(chat, tokenize=False) == tokenizer.apply_chat_template(chat,
-                                                                                                         tokenize=False)
+    assert loaded_tokenizer.apply_chat_template(chat, tokenize=False) == tokenizer.apply_chat_template(
+        chat, tokenize=False
+    )
     bf16 = model.save_pretrained_merged(str(tmp_path / "bf16"), tokenizer, dtype=torch.bfloat16)
     assert json.loads(Path(bf16, "config.json").read_text())["dtype"] == "bfloat16"
 
@@ -97,8 +98,9 @@ def test_four_bit_base_dequantized(base_dir, tmp_path, targets):
     from slimrl import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(base_dir, dtype=torch.float32, load_in_4bit=True)
-    model = FastLanguageModel.get_peft_model(model, r=4, target_modules=targets, init_lora_weights=False,
-                                             use_gradient_checkpointing=False)
+    model = FastLanguageModel.get_peft_model(
+        model, r=4, target_modules=targets, init_lora_weights=False, use_gradient_checkpointing=False
+    )
     model.eval()
     out = model.save_pretrained_merged(str(tmp_path / "16"), tokenizer, dtype=torch.float32)
     config = json.loads(Path(out, "config.json").read_text())

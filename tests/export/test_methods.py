@@ -39,7 +39,7 @@ def test_methods_on_loaded_and_peft_models_with_unsloth_signatures(peft_model):
             method = owner.__dict__[name]
             assert isinstance(method, ExportMethod) and method.__self__ is owner
         parameters = list(inspect.signature(getattr(model, name)).parameters)
-        assert parameters[:len(UNSLOTH_PARAMETERS[name])] == UNSLOTH_PARAMETERS[name]
+        assert parameters[: len(UNSLOTH_PARAMETERS[name])] == UNSLOTH_PARAMETERS[name]
     defaults = inspect.signature(model.save_pretrained_merged).parameters
     assert defaults["save_method"].default == "merged_16bit" and defaults["max_shard_size"].default == "5GB"
     assert inspect.signature(model.save_pretrained_gguf).parameters["quantization_method"].default == "fast_quantized"
@@ -144,4 +144,3 @@ def test_load_lora(peft_model, tmp_path, monkeypatch):
         assert first.lora_path == str(tmp_path / "live") and second.lora_int_id == first.lora_int_id + 1
     finally:
         del model.get_base_model().vllm_engine
-

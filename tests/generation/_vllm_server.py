@@ -33,15 +33,40 @@ class Server:
     def __init__(self, model_dir: str, log_path: str):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CPU_KVCACHE_SPACE": "1",
-               "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-        command = [sys.executable, "-m", "trl.cli.main", "vllm-serve", "--model", model_dir, "--host", "127.0.0.1",
-                   "--port", str(self.port), "--enforce_eager", "--dtype", "float32", "--max_model_len", "256",
-                   "--enable-lora", "--max-lora-rank", str(LORA_RANK), "--max-loras", "2"]
+        env = {
+            **os.environ,
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "OMP_NUM_THREADS": "1",
+        }
+        command = [
+            sys.executable,
+            "-m",
+            "trl.cli.main",
+            "vllm-serve",
+            "--model",
+            model_dir,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--enforce_eager",
+            "--dtype",
+            "float32",
+            "--max_model_len",
+            "256",
+            "--enable-lora",
+            "--max-lora-rank",
+            str(LORA_RANK),
+            "--max-loras",
+            "2",
+        ]
         self.log_path = log_path
         self.log = open(log_path, "w")  # noqa: SIM115 (closed in stop)
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            command, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
 
     def wait(self) -> None:
         import requests
@@ -88,14 +113,27 @@ def grpo_trainer(model_dir: str, base_url: str, output_dir: str, steps: int = 3,
     PatchFastRL("grpo", FastLanguageModel)
     model, tokenizer = FastLanguageModel.from_pretrained(model_dir, max_seq_length=256, dtype="float32")
     model = FastLanguageModel.get_peft_model(model, r=LORA_RANK, lora_alpha=16, random_state=1)
-    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"what is {i} plus {i}"}]
-                                            for i in range(16)]})
-    kw = dict(output_dir=output_dir, per_device_train_batch_size=batch, num_generations=4, max_completion_length=16,
-              max_steps=steps, learning_rate=1e-2, logging_steps=1, report_to=[], bf16=False, save_strategy="no",
-              seed=0, use_vllm=True, vllm_mode="server", vllm_server_base_url=base_url)
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"what is {i} plus {i}"}] for i in range(16)]})
+    kw = dict(
+        output_dir=output_dir,
+        per_device_train_batch_size=batch,
+        num_generations=4,
+        max_completion_length=16,
+        max_steps=steps,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to=[],
+        bf16=False,
+        save_strategy="no",
+        seed=0,
+        use_vllm=True,
+        vllm_mode="server",
+        vllm_server_base_url=base_url,
+    )
     kw.update(config)
-    return trl.GRPOTrainer(model=model, reward_funcs=reward, args=trl.GRPOConfig(**kw), train_dataset=dataset,
-                           processing_class=tokenizer)
+    return trl.GRPOTrainer(
+        model=model, reward_funcs=reward, args=trl.GRPOConfig(**kw), train_dataset=dataset, processing_class=tokenizer
+    )
 
 
 def sampling_gaps(trainer) -> list[float]:
@@ -112,8 +150,14 @@ def main(out: str, base_url: str, model_dir: str) -> None:
     trainer.train()
     if trainer.accelerator.is_main_process:
         with open(out, "w") as f:
-            json.dump({"world_size": trainer.args.world_size, "gaps": sampling_gaps(trainer),
-                       "generation": type(trainer.vllm_generation).__name__}, f)
+            json.dump(
+                {
+                    "world_size": trainer.args.world_size,
+                    "gaps": sampling_gaps(trainer),
+                    "generation": type(trainer.vllm_generation).__name__,
+                },
+                f,
+            )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ def test_single_process_keeps_the_in_process_executor(joined, monkeypatch):
 def test_each_rank_of_a_launch_joins_the_group_and_gets_its_own_seed(joined, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
-    assert launch.engine_launch_kwargs("cpu", seed=3) == {"distributed_executor_backend": "external_launcher",
-                                                          "seed": 4}
+    assert launch.engine_launch_kwargs("cpu", seed=3) == {
+        "distributed_executor_backend": "external_launcher",
+        "seed": 4,
+    }
     assert joined == ["cpu"]

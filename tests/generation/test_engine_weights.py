@@ -61,8 +61,9 @@ def test_state_key_tracks_training_adapter_switch_and_disable():
     assert weights.state_key(model, use_adapter=True) != key
     # the transformers model inside the PeftModel (where fast_generate lives) sees the same layers and state
     inner = model.get_base_model()
-    assert weights.lora_layers(inner).keys() == {k.removeprefix("base_model.model.")
-                                                 for k in weights.lora_layers(model)}
+    assert weights.lora_layers(inner).keys() == {
+        k.removeprefix("base_model.model.") for k in weights.lora_layers(model)
+    }
     assert weights.state_key(inner, use_adapter=True) == weights.state_key(model, use_adapter=True)
 
 

@@ -23,8 +23,9 @@ WORKER = ROOT / "tests/generation/_colocate_worker.py"
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     # head_dim 64: vLLM's CPU attention has no kernels for 16
-    return save_tiny_model(tmp_path_factory.mktemp("tiny"), vocab_size=512, hidden_size=128, num_layers=2,
-                           num_heads=2, num_kv_heads=1)
+    return save_tiny_model(
+        tmp_path_factory.mktemp("tiny"), vocab_size=512, hidden_size=128, num_layers=2, num_heads=2, num_kv_heads=1
+    )
 
 
 def _run(tmp_path, model_dir, *stale_rank) -> dict:

@@ -36,8 +36,9 @@ from _launch import torchrun  # noqa: E402
 def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("served")
     # head_dim 64: vLLM's CPU attention has no kernels for 16
-    model_dir = save_tiny_model(folder / "tiny", vocab_size=512, hidden_size=128, num_layers=2, num_heads=2,
-                                num_kv_heads=1)
+    model_dir = save_tiny_model(
+        folder / "tiny", vocab_size=512, hidden_size=128, num_layers=2, num_heads=2, num_kv_heads=1
+    )
     running = S.Server(model_dir, str(folder / "server.log"))
     try:
         running.wait()
@@ -72,7 +73,7 @@ def _hf_logprobs(model, prompts, completions):
     with torch.no_grad():
         for prompt, completion in zip(prompts, completions):
             logits = model(input_ids=torch.tensor([prompt + completion])).logits[0].float().log_softmax(-1)
-            rows = logits[len(prompt) - 1:len(prompt) + len(completion) - 1]
+            rows = logits[len(prompt) - 1 : len(prompt) + len(completion) - 1]
             out.append(rows.gather(-1, torch.tensor(completion)[:, None])[:, 0])
     return out
 
@@ -115,8 +116,9 @@ def test_patched_grpo_rolls_out_from_the_adapter_it_trains(server, tmp_path, mon
                 self.sync_count += 1
 
         monkeypatch.setattr(server_class, "sync_weights", sync_once)
-        stale = S.grpo_trainer(server.model_dir, server.base_url, str(tmp_path / "stale"), use_cpu=True,
-                               learning_rate=5e-2)
+        stale = S.grpo_trainer(
+            server.model_dir, server.base_url, str(tmp_path / "stale"), use_cpu=True, learning_rate=5e-2
+        )
         stale.train()
         stale_gaps = S.sampling_gaps(stale)
         assert max(stale_gaps[1:]) > 100 * max(gaps), (stale_gaps, gaps)

@@ -22,8 +22,9 @@ QUESTIONS = ["What is 7 + 5?", "Name a colour.", "Say hello.", "What is 12 + 30?
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
     # head_dim 64: vLLM's CPU attention has kernels for 32/64/80/96/112/128/..., not 16
-    return save_tiny_model(tmp_path_factory.mktemp("tiny"), vocab_size=512, hidden_size=128, num_layers=2,
-                           num_heads=2, num_kv_heads=1)
+    return save_tiny_model(
+        tmp_path_factory.mktemp("tiny"), vocab_size=512, hidden_size=128, num_layers=2, num_heads=2, num_kv_heads=1
+    )
 
 
 def _greedy_hf(model, tokenizer, prompts, max_new_tokens):
@@ -32,7 +33,7 @@ def _greedy_hf(model, tokenizer, prompts, max_new_tokens):
     for text in prompts:
         ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)
         gen = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False)
-        out.append(gen[0, ids["input_ids"].shape[1]:].tolist())
+        out.append(gen[0, ids["input_ids"].shape[1] :].tolist())
     FastLanguageModel.for_training(model)
     return out
 
@@ -54,11 +55,19 @@ def test_rollouts_come_from_the_current_adapter(weight_sync):
     from vllm import SamplingParams
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        "smollm2-135m", max_seq_length=512, dtype="float32", fast_inference=True, gpu_memory_utilization=0.1,
-        vllm_weight_sync=weight_sync, vllm_engine_kwargs=EAGER)
+        "smollm2-135m",
+        max_seq_length=512,
+        dtype="float32",
+        fast_inference=True,
+        gpu_memory_utilization=0.1,
+        vllm_weight_sync=weight_sync,
+        vllm_engine_kwargs=EAGER,
+    )
     model = FastLanguageModel.get_peft_model(model, r=8, lora_alpha=16, random_state=0)
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
-                                             add_generation_prompt=True) for q in QUESTIONS]
+    prompts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in QUESTIONS
+    ]
     greedy = SamplingParams(temperature=0, max_tokens=20)
 
     def fast(**kwargs):
@@ -83,19 +92,30 @@ def _grpo(model, tokenizer, trainer_cls="GRPO", steps=3, **config):
     import trl
     from datasets import Dataset
 
-    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"what is {i} plus {i}"}]
-                                            for i in range(16)]})
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"what is {i} plus {i}"}] for i in range(16)]})
 
     def reward(completions, **kwargs):
         return [float(len(c[0]["content"]) % 7) for c in completions]
 
-    defaults = dict(output_dir="/tmp/slimrl-vllm-tier", per_device_train_batch_size=4, num_generations=4,
-                    max_completion_length=16, max_steps=steps, learning_rate=1e-2, logging_steps=1, report_to=[],
-                    use_cpu=True, bf16=False, save_strategy="no", seed=0)
+    defaults = dict(
+        output_dir="/tmp/slimrl-vllm-tier",
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=16,
+        max_steps=steps,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        seed=0,
+    )
     defaults.update(config)
     args = getattr(trl, f"{trainer_cls}Config")(**defaults)
-    trainer = getattr(trl, f"{trainer_cls}Trainer")(model=model, reward_funcs=reward, args=args,
-                                                    train_dataset=dataset, processing_class=tokenizer)
+    trainer = getattr(trl, f"{trainer_cls}Trainer")(
+        model=model, reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tokenizer
+    )
     return trainer
 
 
@@ -112,9 +132,14 @@ def patched():
 
 @pytest.fixture(scope="module")
 def tiny_engine_model(tiny_folder):
-    model, tokenizer = FastLanguageModel.from_pretrained(tiny_folder, max_seq_length=256, dtype="float32",
-                                                         fast_inference=True, gpu_memory_utilization=0.05,
-                                                         vllm_engine_kwargs=EAGER)
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        tiny_folder,
+        max_seq_length=256,
+        dtype="float32",
+        fast_inference=True,
+        gpu_memory_utilization=0.05,
+        vllm_engine_kwargs=EAGER,
+    )
     return model, tokenizer
 
 
@@ -136,6 +161,7 @@ def test_grpo_rolls_out_on_the_engine_with_the_weights_it_trains(patched, tiny_e
     engine = base.vllm_engine
     engine_sync = engine.sync
     calls = []
+
     def sync_once(m, use_adapter=None):  # the first hand-over only: later rollouts use step-1 weights
         calls.append(1)
         return engine_sync(m, use_adapter) if not calls[1:] else None
@@ -165,8 +191,12 @@ def test_vllm_sampling_params_reach_vllm_scalars_included(patched, tiny_engine_m
 
     base.vllm_engine.llm.generate = spy
     try:
-        trainer = _grpo(model, tokenizer, steps=1, vllm_sampling_params=SamplingParams(
-            min_p=0.05, top_k=20, stop=["zzz"], seed=7, presence_penalty=0.5))
+        trainer = _grpo(
+            model,
+            tokenizer,
+            steps=1,
+            vllm_sampling_params=SamplingParams(min_p=0.05, top_k=20, stop=["zzz"], seed=7, presence_penalty=0.5),
+        )
         assert trainer.args.min_p == 0.05 and trainer.args.top_k == 20  # the loss sees the same sampler
         trainer.train()
     finally:
@@ -209,12 +239,45 @@ def test_cli_grpo_fast_inference_runs_and_exits_cleanly(tiny_folder, tmp_path):
 
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "slimrl.cli", "grpo", "--fast_inference", "--vllm_enforce_eager",
-         "--gpu_memory_utilization", "0.05", "--model_name_or_path", tiny_folder, "--max_steps", "2",
-         "--max_completion_length", "8", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
-         "--num_generations", "4", "--num_train_samples", "16", "--num_eval_samples", "4", "--bf16", "False",
-         "--dtype", "float32", "--output_dir", str(out), "--plot", "False"],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "2"})
+        [
+            sys.executable,
+            "-m",
+            "slimrl.cli",
+            "grpo",
+            "--fast_inference",
+            "--vllm_enforce_eager",
+            "--gpu_memory_utilization",
+            "0.05",
+            "--model_name_or_path",
+            tiny_folder,
+            "--max_steps",
+            "2",
+            "--max_completion_length",
+            "8",
+            "--per_device_train_batch_size",
+            "4",
+            "--gradient_accumulation_steps",
+            "1",
+            "--num_generations",
+            "4",
+            "--num_train_samples",
+            "16",
+            "--num_eval_samples",
+            "4",
+            "--bf16",
+            "False",
+            "--dtype",
+            "float32",
+            "--output_dir",
+            str(out),
+            "--plot",
+            "False",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "2"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -56,8 +56,7 @@ import _rl_parity as R  # noqa: E402
 import _tiny as T  # noqa: E402
 
 CUDA = torch.cuda.is_available()
-MARKS = [pytest.mark.gpu,
-         pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (torch.cuda.is_available() is False)")]
+MARKS = [pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (torch.cuda.is_available() is False)")]
 
 BF16_ACCURACY_FACTOR = 2.0
 BF16_FLOOR = 2.0**-8 / 10
@@ -115,8 +114,15 @@ def dpo_step(trainer) -> float:
     return float(trainer.training_step(trainer.model, batches[0], num_items))
 
 
-def run_sides(algorithm: str, config: dict, out_dir: str, lora: bool, num_chunks=None, lm_head_scale=None,
-              bf16_forward: bool = False):
+def run_sides(
+    algorithm: str,
+    config: dict,
+    out_dir: str,
+    lora: bool,
+    num_chunks=None,
+    lm_head_scale=None,
+    bf16_forward: bool = False,
+):
     """The harness's sides of `algorithm` (stock, patched, float64 reference, perturbed) on identical tiny models,
     2 SGD steps each: (trainers, traces), both `P.Sides`. `lm_head_scale` multiplies the patched lm_head (negative
     controls); `bf16_forward` runs the steps inside bf16 autocast (what `train()` gives the forward)."""

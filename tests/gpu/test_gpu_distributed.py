@@ -29,11 +29,23 @@ def _gpus() -> int:
 
 
 def _launch_example(config: str, algorithms: str, tmp_path) -> list[dict]:
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(EXAMPLES / config),
-               "--num_processes", str(max(1, _gpus())), str(EXAMPLES / "train.py"), "--algorithm", algorithms,
-               "--output_dir", str(tmp_path)]
-    done = subprocess.run(command, cwd=ROOT, env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=900)
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(EXAMPLES / config),
+        "--num_processes",
+        str(max(1, _gpus())),
+        str(EXAMPLES / "train.py"),
+        "--algorithm",
+        algorithms,
+        "--output_dir",
+        str(tmp_path),
+    ]
+    done = subprocess.run(
+        command, cwd=ROOT, env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stdout[-6000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"algorithm"')]
 
@@ -51,8 +63,10 @@ def test_example_trains_under_gpu_distribution(tmp_path, config, kind):
 
 def test_two_gpus_equal_one_at_twice_the_batch(tmp_path):
     if _gpus() < 2:
-        pytest.skip(f"needs 2 GPUs, this machine has {_gpus()} (the same check runs on 2 CPU processes: "
-                    "tests/distributed/test_ddp_equivalence.py)")
+        pytest.skip(
+            f"needs 2 GPUs, this machine has {_gpus()} (the same check runs on 2 CPU processes: "
+            "tests/distributed/test_ddp_equivalence.py)"
+        )
     import _dist_worker as W
     import _parity as P
 

@@ -30,8 +30,15 @@ ROWS, SEQ, WIDTH, LAYERS = 8, 4096, 256, 16
 
 
 def _deep_model(mode):
-    model = tiny_llama(seed=0, vocab_size=512, hidden_size=WIDTH, num_layers=LAYERS, num_heads=4, num_kv_heads=2,
-                       max_position_embeddings=SEQ).cuda()
+    model = tiny_llama(
+        seed=0,
+        vocab_size=512,
+        hidden_size=WIDTH,
+        num_layers=LAYERS,
+        num_heads=4,
+        num_kv_heads=2,
+        max_position_embeddings=SEQ,
+    ).cuda()
     return apply_checkpointing(model, mode).train()
 
 
@@ -55,8 +62,12 @@ def test_offload_peak_below_plain_checkpointing_with_the_same_gradients():
     offload_peak, offload_grads = _step_peak(offload_model, ids)
     stats = model_state(base_transformers_model(offload_model)).offload_stats
     layer_input = ROWS * SEQ * WIDTH * 4
-    report("offload peak", plain_mib=plain_peak / 2**20, offload_mib=offload_peak / 2**20,
-           moved_mib=stats.bytes_moved / 2**20)
+    report(
+        "offload peak",
+        plain_mib=plain_peak / 2**20,
+        offload_mib=offload_peak / 2**20,
+        moved_mib=stats.bytes_moved / 2**20,
+    )
     assert stats.tensors_moved >= LAYERS and stats.bytes_moved >= LAYERS * layer_input  # every layer's input left
     # plain checkpointing holds all 16 layer inputs at the backward's start, offload about one: require half of them
     assert offload_peak <= plain_peak - (LAYERS // 2) * layer_input, (offload_peak, plain_peak)

@@ -52,8 +52,12 @@ def _reference(hidden, weight, bias, targets, temperature, softcap, logit_scale)
 
 
 def _collect(log_probs, entropy, leaves) -> dict:
-    out = {"log_probs": log_probs.detach(), "entropy": entropy.detach(), "grad hidden": leaves[0].grad,
-           "grad weight": leaves[1].grad}
+    out = {
+        "log_probs": log_probs.detach(),
+        "entropy": entropy.detach(),
+        "grad hidden": leaves[0].grad,
+        "grad weight": leaves[1].grad,
+    }
     if leaves[2] is not None:
         out["grad bias"] = leaves[2].grad
     return out

@@ -38,10 +38,18 @@ SLIMRL_HEAD = "slimrl/ops/logprob.py"
 # case: (algorithm, LoRA, slimrl_num_chunks (None = auto), config). GRPO/RLOO cases generate once (num_iterations=2
 # over 2 steps), so the fp32 and bf16 runs train on the same rollouts and their numbers compare.
 CASES = {
-    "grpo-lora-dapo-ref-iters2": ("grpo", True, None, dict(
-        loss_type="dapo", beta=0.04, num_iterations=2, per_device_train_batch_size=4, num_generations=2)),
-    "grpo-full-chunks3": ("grpo", False, 3, dict(
-        loss_type="grpo", beta=0.0, num_iterations=2, per_device_train_batch_size=6, num_generations=3)),
+    "grpo-lora-dapo-ref-iters2": (
+        "grpo",
+        True,
+        None,
+        dict(loss_type="dapo", beta=0.04, num_iterations=2, per_device_train_batch_size=4, num_generations=2),
+    ),
+    "grpo-full-chunks3": (
+        "grpo",
+        False,
+        3,
+        dict(loss_type="grpo", beta=0.0, num_iterations=2, per_device_train_batch_size=6, num_generations=3),
+    ),
     "rloo-lora-iters2": ("rloo", True, None, dict(num_iterations=2, per_device_train_batch_size=4, num_generations=2)),
     "dpo-lora-sigmoid": ("dpo", True, None, dict(loss_type=["sigmoid"], per_device_train_batch_size=3)),
     "kto-lora": ("kto", True, None, dict(loss_type="kto", per_device_train_batch_size=3)),
@@ -53,8 +61,15 @@ def _run(case: str, precision: str, out_dir: str, lm_head_scale: float | None = 
     """The sides of `case` on the GPU in `precision`, run through the harness: (trainers, traces)."""
     algorithm, lora, chunks, config = CASES[case]
     LeanLogProbFunction.last_forward_chunks = None
-    trainers, traces = run_sides(algorithm, dict(config, **cuda_config(precision)), out_dir, lora, chunks,
-                                 lm_head_scale, bf16_forward=precision == "bf16" and algorithm in OFFLINE)
+    trainers, traces = run_sides(
+        algorithm,
+        dict(config, **cuda_config(precision)),
+        out_dir,
+        lora,
+        chunks,
+        lm_head_scale,
+        bf16_forward=precision == "bf16" and algorithm in OFFLINE,
+    )
     for trainer in trainers:
         assert trainer.args.device.type == "cuda", trainer.args.device
         assert next(trainer.model.parameters()).is_cuda
@@ -74,8 +89,11 @@ def test_fp32_parity_on_cuda(case, tmp_path, unpatched):
     trainers, traces = _run(case, "fp32", str(tmp_path))
     _check_head(case, trainers.patched)
     assert_sides_match(CASES[case][0], traces)
-    report(f"fp32 parity {case}", patched=trace_errors(traces.patched, traces.reference),
-           stock=trace_errors(traces.stock, traces.reference))
+    report(
+        f"fp32 parity {case}",
+        patched=trace_errors(traces.patched, traces.reference),
+        stock=trace_errors(traces.stock, traces.reference),
+    )
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -89,8 +107,9 @@ def test_bf16_parity_on_cuda(case, tmp_path, unpatched):
     assert same_batches(p, s), "patched and stock trained on different batches (rollouts diverged)"
     assert same_batches(s, truth), "the bf16 and fp32 runs trained on different batches: nothing to compare"
     stock_err, patched_err = trace_errors(s, truth), trace_errors(p, truth)
-    report(f"bf16 parity {case}", stock_vs_fp32=stock_err, patched_vs_fp32=patched_err,
-           patched_vs_stock=trace_errors(p, s))
+    report(
+        f"bf16 parity {case}", stock_vs_fp32=stock_err, patched_vs_fp32=patched_err, patched_vs_stock=trace_errors(p, s)
+    )
     assert stock_err["grads"] > 0, "the bf16 run computed exactly what fp32 did: autocast was not active"
     for key, err in patched_err.items():
         assert err <= BF16_ACCURACY_FACTOR * stock_err[key] + BF16_FLOOR, (key, err, stock_err[key])

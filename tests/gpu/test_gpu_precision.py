@@ -42,27 +42,34 @@ def test_both_flags_raise_on_cuda(tmp_path, unpatched):
         _grpo_config(tmp_path, bf16=True, fp16=True)
 
 
-@pytest.mark.parametrize("weights, expected", [(torch.float16, (False, True)), (torch.bfloat16, (True, False)),
-                                               (torch.float32, (True, False))])
+@pytest.mark.parametrize(
+    "weights, expected",
+    [(torch.float16, (False, True)), (torch.bfloat16, (True, False)), (torch.float32, (True, False))],
+)
 def test_automatic_precision_follows_the_weights_on_cuda(weights, expected):
-    args = types.SimpleNamespace(bf16=False, fp16=False, use_cpu=False, mixed_precision="no",
-                                 _slimrl=ConfigState(auto_precision=True))
+    args = types.SimpleNamespace(
+        bf16=False, fp16=False, use_cpu=False, mixed_precision="no", _slimrl=ConfigState(auto_precision=True)
+    )
     precision.resolve_trainer_precision(args, tiny_llama(dtype=weights))
     assert (args.bf16, args.fp16) == expected
     assert args.mixed_precision == ("bf16" if expected[0] else "fp16")
 
 
 def test_automatic_precision_with_use_cpu_is_no_autocast():
-    args = types.SimpleNamespace(bf16=True, fp16=False, use_cpu=True, mixed_precision="bf16",
-                                 _slimrl=ConfigState(auto_precision=True))
+    args = types.SimpleNamespace(
+        bf16=True, fp16=False, use_cpu=True, mixed_precision="bf16", _slimrl=ConfigState(auto_precision=True)
+    )
     precision.resolve_trainer_precision(args, tiny_llama(dtype=torch.float32))
     assert (args.bf16, args.fp16, args.mixed_precision) == (False, False, "no")
 
 
-@pytest.mark.parametrize("flags, weights, message", [
-    (dict(bf16=False, fp16=True), torch.bfloat16, "fp16=True but the model's weights are bfloat16"),
-    (dict(bf16=True, fp16=False), torch.float16, "bf16=True but the model's weights are float16"),
-])
+@pytest.mark.parametrize(
+    "flags, weights, message",
+    [
+        (dict(bf16=False, fp16=True), torch.bfloat16, "fp16=True but the model's weights are bfloat16"),
+        (dict(bf16=True, fp16=False), torch.float16, "bf16=True but the model's weights are float16"),
+    ],
+)
 def test_explicit_flag_contradicting_the_weights_raises_on_cuda(flags, weights, message):
     args = types.SimpleNamespace(use_cpu=False, **flags, _slimrl=ConfigState(auto_precision=False))
     with pytest.raises(ValueError, match=message):

@@ -11,8 +11,13 @@ from slimrl import FastLanguageModel
 from _gpu_helpers import MARKS, cuda_config, grpo_trainer, logged, patched_state, rel_err, trainable
 from _models_helpers import batch, lora_grads_around_generate
 
-pytestmark = [*MARKS, pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None,
-                                         reason="bitsandbytes not installed (scripts/gpu_wheels.sh carries it)")]
+pytestmark = [
+    *MARKS,
+    pytest.mark.skipif(
+        importlib.util.find_spec("bitsandbytes") is None,
+        reason="bitsandbytes not installed (scripts/gpu_wheels.sh carries it)",
+    ),
+]
 
 # Repeating the same computation must give the same gradients; the trap this guards against drops them (error ~1).
 # bf16: non-deterministic attention reductions may flip single bf16 roundings (unit roundoff 3.9e-3).
@@ -21,8 +26,9 @@ GRAD_RTOL = {"float32": 1e-6, "bfloat16": 1e-3}
 
 def _qlora(model_dir: str, dtype: str, mode):
     model, _ = FastLanguageModel.from_pretrained(model_dir, dtype=dtype, load_in_4bit=True, max_seq_length=64)
-    return FastLanguageModel.get_peft_model(model, r=4, use_gradient_checkpointing=mode, init_lora_weights=False,
-                                            random_state=0)
+    return FastLanguageModel.get_peft_model(
+        model, r=4, use_gradient_checkpointing=mode, init_lora_weights=False, random_state=0
+    )
 
 
 @pytest.mark.parametrize("dtype, mode", [("float32", False), ("bfloat16", True), ("bfloat16", "offload")])
@@ -43,8 +49,9 @@ def test_patched_grpo_trains_every_adapter_of_a_4bit_model(tiny_model_dir, tmp_p
     with patched_state("grpo"):
         model = _qlora(tiny_model_dir, "bfloat16", True)
         start = {n: p.detach().clone() for n, p in trainable(model).items()}
-        trainer = grpo_trainer(str(tmp_path), model, peft=False, max_steps=2, gradient_checkpointing=True,
-                               **cuda_config("bf16"))
+        trainer = grpo_trainer(
+            str(tmp_path), model, peft=False, max_steps=2, gradient_checkpointing=True, **cuda_config("bf16")
+        )
         trainer.train()
     losses = logged(trainer, "loss")
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))

@@ -26,7 +26,8 @@ def tiny_peft():
         model_state(model).tokenizer = tiny_tokenizer()
         model.max_seq_length = 128
         kwargs.setdefault("init_lora_weights", False)
-        return FastLanguageModel.get_peft_model(model, r=4, lora_alpha=8, use_gradient_checkpointing=mode,
-                                                random_state=1, **kwargs)
+        return FastLanguageModel.get_peft_model(
+            model, r=4, lora_alpha=8, use_gradient_checkpointing=mode, random_state=1, **kwargs
+        )
 
     return make

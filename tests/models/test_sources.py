@@ -90,8 +90,11 @@ def test_trust_remote_code_stays_off_unless_passed(tmp_path, monkeypatch):
 
 def test_lora_target_the_model_does_not_have(tmp_path):
     model, _ = FastLanguageModel.from_pretrained(save_tiny_model(tmp_path / "m"), dtype=torch.float32)
-    with pytest.raises(ValueError, match=r"target_modules \['qkv_proj'\] are not modules of LlamaForCausalLM.*"
-                                         r"'q_proj'"):
+    with pytest.raises(
+        ValueError,
+        match=r"target_modules \['qkv_proj'\] are not modules of LlamaForCausalLM.*"
+        r"'q_proj'",
+    ):
         FastLanguageModel.get_peft_model(model, r=4, target_modules=["q_proj", "qkv_proj"])
     FastLanguageModel.get_peft_model(model, r=4, target_modules=["q_proj", "v_proj"])  # negative control
 
@@ -101,8 +104,9 @@ def test_vllm_cpu_attention_head_size_checked_before_the_engine(monkeypatch):
     it against the real one)."""
     from slimrl.generation.vllm_engine import check_engine_support
 
-    backend = types.SimpleNamespace(get_supported_head_sizes=lambda: [32, 64, 128],
-                                    supported_dtypes=[torch.bfloat16, torch.float32])
+    backend = types.SimpleNamespace(
+        get_supported_head_sizes=lambda: [32, 64, 128], supported_dtypes=[torch.bfloat16, torch.float32]
+    )
     module = types.ModuleType("vllm.v1.attention.backends.cpu_attn")
     module.CPUAttentionBackend = backend
     monkeypatch.setitem(sys.modules, "vllm.v1.attention.backends.cpu_attn", module)

@@ -41,12 +41,30 @@ def test_preference_stats_match_full_logits_reference(average, drop_last):
         return (logps, nll, zm[:B].mean(), zm[B:].mean(), *grads)
 
     h, w, b = (x.clone().requires_grad_() for x in (hidden, weight, bias))
-    stats = preference_stats(h, w, b, labels, num_chosen=B, average_log_prob=average, nll_labels=nll_labels,
-                             logits_drop_last=drop_last, softcap=softcap, logit_scale=scale, num_chunks=3)
+    stats = preference_stats(
+        h,
+        w,
+        b,
+        labels,
+        num_chosen=B,
+        average_log_prob=average,
+        nll_labels=nll_labels,
+        logits_drop_last=drop_last,
+        softcap=softcap,
+        logit_scale=scale,
+        num_chunks=3,
+    )
     grads = torch.autograd.grad((stats.logps * coef).sum() + 3 * stats.chosen_nll, (h, w, b))
     ours = (stats.logps, stats.chosen_nll, stats.chosen_mean_logits, stats.rejected_mean_logits, *grads)
-    names = ("logps", "chosen_nll", "chosen_mean_logits", "rejected_mean_logits", "grad hidden", "grad weight",
-             "grad bias")
+    names = (
+        "logps",
+        "chosen_nll",
+        "chosen_mean_logits",
+        "rejected_mean_logits",
+        "grad hidden",
+        "grad weight",
+        "grad bias",
+    )
     for name, p, s, r in zip(names, ours, naive(torch.float32), naive(torch.float64)):
         P.check(f"op: {name}", p.detach(), s.detach(), r.detach())
     assert torch.equal(stats.token_counts, (labels[:, 1:] != -100).sum(-1))
@@ -76,12 +94,15 @@ def test_forward_outputs_reach_the_weights_the_statistics_use():
     from slimrl.ops.chunked_preference import lean_head_or_reason, lean_policy_forward
     from slimrl.testing import tiny_llama
 
-    model = get_peft_model(tiny_llama(vocab_size=128, hidden_size=16, num_layers=1),
-                           LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
+    model = get_peft_model(
+        tiny_llama(vocab_size=128, hidden_size=16, num_layers=1),
+        LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False),
+    )
     lm_head, causal_lm = lean_head_or_reason(model)
     ids = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(0))
-    outputs, stats = lean_policy_forward(model, lm_head, causal_lm, ids, torch.ones_like(ids), {}, labels=ids,
-                                         num_chosen=1, average_log_prob=True)
+    outputs, stats = lean_policy_forward(
+        model, lm_head, causal_lm, ids, torch.ones_like(ids), {}, labels=ids, num_chosen=1, average_log_prob=True
+    )
     lora = [p for n, p in model.named_parameters() if p.requires_grad]
     assert lora and _graph_reaches(stats.logps, lora) == {id(p) for p in lora}
     assert _graph_reaches(outputs.logits, lora) == {id(p) for p in lora}, "DDP would mark the LoRA weights unused"

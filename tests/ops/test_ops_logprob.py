@@ -204,8 +204,10 @@ def test_shift_labels_and_num_items_in_batch():
     assert torch.equal(outs[0].log_probs[:, :-1], unshifted.log_probs)  # the same scored rows, the same chunks
 
 
-@pytest.mark.parametrize("config", [{"final_logit_softcapping": 2.5}, {"logit_scale": 0.5},
-                                    {"final_logit_softcapping": 4.0, "logits_scaling": 2.0}])
+@pytest.mark.parametrize(
+    "config",
+    [{"final_logit_softcapping": 2.5}, {"logit_scale": 0.5}, {"final_logit_softcapping": 4.0, "logits_scaling": 2.0}],
+)
 def test_softcap_and_logit_scale_configs(config):
     models = _triple(outputs=("log_probs", "entropy"), temperature=0.8, **config)
     ids, labels = _batch(5)

@@ -31,16 +31,30 @@ V, PROMPT, C = 300, 7, 5
 OUTPUTS = ("log_probs", "entropy")
 EAGER_ONLY = {"gemma2"}  # transformers refuses SDPA for it
 # MoE families at tiny sizes too (qwen3_moe's defaults, 128 experts of 768, take ~40 s here)
-MOE_SIZES = {"qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64),
-             "mixtral": dict(num_local_experts=4, num_experts_per_tok=2)}
+MOE_SIZES = {
+    "qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64),
+    "mixtral": dict(num_local_experts=4, num_experts_per_tok=2),
+}
 
 
 def tiny_decoder(model_type: str, seed: int = 0, attn: str = "sdpa"):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model(model_type, vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
-                                  pad_token_id=0, bos_token_id=1, eos_token_id=2, **MOE_SIZES.get(model_type, {}))
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        **MOE_SIZES.get(model_type, {}),
+    )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, attn_implementation=attn)
     add_fused_lm_head(model, outputs=OUTPUTS)
@@ -57,7 +71,7 @@ def batch(seed: int = 1):
     rows = [0, 1, 0, 2, 1, 0]
     ids = torch.cat([prompts[rows], torch.randint(3, V, (6, C), generator=g)], 1)
     mask = torch.cat([prompt_mask[rows], torch.ones(6, C, dtype=torch.long)], 1)
-    mask[1, PROMPT + 3:] = 0  # right padding
+    mask[1, PROMPT + 3 :] = 0  # right padding
     mask[3, PROMPT:] = 0  # an all-padding completion (mask_truncated_completions does this)
     mask[4, PROMPT + 1] = 0  # a masked token inside a completion
     return ids.masked_fill(mask == 0, 0), mask
@@ -78,8 +92,13 @@ def per_row(model, ids, mask):
 def shared(model, ids, mask, mask_fn=sp.attention_mask_4d):
     packed = sp.pack(ids, mask, trl_labels(ids, mask))
     attn = model.config._attn_implementation
-    out = model(input_ids=packed.input_ids, attention_mask=mask_fn(packed, attn, torch.float32),
-                position_ids=packed.position_ids, shift_labels=packed.shift_labels, fused_lm_head=True)
+    out = model(
+        input_ids=packed.input_ids,
+        attention_mask=mask_fn(packed, attn, torch.float32),
+        position_ids=packed.position_ids,
+        shift_labels=packed.shift_labels,
+        fused_lm_head=True,
+    )
     return sp.unpack(out.log_probs, packed)[:, -C:], sp.unpack(out.entropy, packed)[:, -C:]
 
 
@@ -158,7 +177,7 @@ def test_every_verified_family_matches_per_row(model_type):
 def packed_hidden(model, ids, mask, mask_fn=sp.attention_mask_4d):
     """Per-row and packed backbone hidden states at the positions that predict completion tokens, `[B, C, H]`."""
     T = ids.shape[1]
-    per_row_hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, T - C - 1:T - 1]
+    per_row_hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, T - C - 1 : T - 1]
     packed = sp.pack(ids, mask, trl_labels(ids, mask))
     attn = mask_fn(packed, model.config._attn_implementation, model.dtype)
     out = model.model(input_ids=packed.input_ids, attention_mask=attn, position_ids=packed.position_ids)
@@ -197,11 +216,12 @@ def test_pack_layout_and_token_count():
     groups = sp.prompt_groups(ids, mask, labels)
     assert sorted(map(sorted, groups)) == [[0, 2, 5], [1, 4]], "row 3 scores nothing: left out"
     reverse = [5, 4, 3, 2, 1, 0]
-    assert sp.prompt_groups(ids[reverse], mask[reverse], labels[reverse]) == [
-        [5 - r for r in g] for g in groups], "canonical order: the same rows pack the same way whatever their order"
+    assert sp.prompt_groups(ids[reverse], mask[reverse], labels[reverse]) == [[5 - r for r in g] for g in groups], (
+        "canonical order: the same rows pack the same way whatever their order"
+    )
     packed = sp.pack(ids, mask, labels, groups)
     assert packed.rows_per_group == [len(g) for g in groups]
-    prompt_tokens = int(mask[0, :PROMPT - 1].sum()) + int(mask[1, :PROMPT - 1].sum())
+    prompt_tokens = int(mask[0, : PROMPT - 1].sum()) + int(mask[1, : PROMPT - 1].sum())
     # each scored row: the prompt's last token, then its completion up to the token before its last label
     completion_tokens = sum(int((labels[r] != -100).nonzero().max()) - (PROMPT - 1) for r in (0, 1, 2, 4, 5))
     assert packed.tokens == prompt_tokens + completion_tokens
@@ -229,12 +249,19 @@ def test_prompt_lengths_may_differ_per_row():
     for row, end in ((0, 11), (4, 9), (5, 12)):  # right padding of different lengths
         mask[row, end:], labels[row, end:] = 0, -100
     with torch.no_grad(), float64_softmax():
-        ref, stock = (m(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
-                      for m in (float64_reference(model), model))
+        ref, stock = (
+            m(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+            for m in (float64_reference(model), model)
+        )
         packed = sp.pack(ids, mask, labels)
         assert packed.rows_per_group == [2, 2, 2] and packed.tokens < 0.8 * int(mask.sum())
-        out = model(input_ids=packed.input_ids, attention_mask=sp.attention_mask_4d(packed, "sdpa", torch.float32),
-                    position_ids=packed.position_ids, shift_labels=packed.shift_labels, fused_lm_head=True)
+        out = model(
+            input_ids=packed.input_ids,
+            attention_mask=sp.attention_mask_4d(packed, "sdpa", torch.float32),
+            position_ids=packed.position_ids,
+            shift_labels=packed.shift_labels,
+            fused_lm_head=True,
+        )
     for name in OUTPUTS:
         P.check(name, sp.unpack(getattr(out, name), packed), getattr(stock, name), getattr(ref, name))
 
@@ -244,8 +271,9 @@ def test_lora_gradients_match():
 
     model = tiny_decoder("llama")
     torch.manual_seed(3)
-    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"],
-                                                  init_lora_weights=False))
+    peft_model = get_peft_model(
+        model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False)
+    )
     ref, _ = assert_same(peft_model)
     assert any("lora_A" in n and "v_proj" in n for n in ref[2]), "LoRA on the values gets a gradient"
 
@@ -300,7 +328,7 @@ def paired_rows(seed: int = 5):
     for pair, p in enumerate(prompt_lens):
         for row in (pair, pair + 3):  # chosen rows 0..2, rejected rows 3..5
             ids[row, :p] = ids[pair, :p]
-            mask[row, :lead[pair]] = 0
+            mask[row, : lead[pair]] = 0
             labels[row, :p] = -100
     for row, end in ((0, 11), (4, 9), (5, 12)):
         mask[row, end:], labels[row, end:] = 0, -100

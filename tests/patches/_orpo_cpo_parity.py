@@ -56,16 +56,30 @@ def dataset(n: int = 9):
     from datasets import Dataset
 
     rows = range(n)
-    return Dataset.from_dict({"prompt": [PROMPTS[i % len(PROMPTS)] for i in rows],
-                              "chosen": [GOOD[i % len(GOOD)] for i in rows],
-                              "rejected": [BAD[i % len(BAD)] for i in rows]})
+    return Dataset.from_dict(
+        {
+            "prompt": [PROMPTS[i % len(PROMPTS)] for i in rows],
+            "chosen": [GOOD[i % len(GOOD)] for i in rows],
+            "rejected": [BAD[i % len(BAD)] for i in rows],
+        }
+    )
 
 
 def make_config(algorithm: str, output_dir: str, **overrides):
     config_cls, _ = trl_classes(algorithm)
-    kw = dict(output_dir=output_dir, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
-              per_device_train_batch_size=3, learning_rate=1e-2, gradient_checkpointing=False, seed=0,
-              dataloader_pin_memory=False, max_length=48)
+    kw = dict(
+        output_dir=output_dir,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        per_device_train_batch_size=3,
+        learning_rate=1e-2,
+        gradient_checkpointing=False,
+        seed=0,
+        dataloader_pin_memory=False,
+        max_length=48,
+    )
     kw.update(overrides)
     return config_cls(**kw)
 
@@ -73,21 +87,33 @@ def make_config(algorithm: str, output_dir: str, **overrides):
 def build_trainer(algorithm: str, model, args, peft_config=None, train_dataset=None):
     _, trainer_cls = trl_classes(algorithm)
     torch.manual_seed(0)
-    trainer = trainer_cls(model=model, args=args, train_dataset=train_dataset or dataset(),
-                          processing_class=T.tokenizer(), peft_config=copy.deepcopy(peft_config))
+    trainer = trainer_cls(
+        model=model,
+        args=args,
+        train_dataset=train_dataset or dataset(),
+        processing_class=T.tokenizer(),
+        peft_config=copy.deepcopy(peft_config),
+    )
     trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by Trainer.train otherwise
     return trainer
 
 
-def build_sides(algorithm: str, model_factory, config_kwargs: dict, output_dir: str, peft_config=None,
-                patched_config: dict | None = None) -> Sides:
+def build_sides(
+    algorithm: str,
+    model_factory,
+    config_kwargs: dict,
+    output_dir: str,
+    peft_config=None,
+    patched_config: dict | None = None,
+) -> Sides:
     trainers = {}
     for side in Sides._fields:
         with side_state(side, algorithm):
             extra = (patched_config or {}) if side == "patched" else {}
             args = make_config(algorithm, output_dir, **{**config_kwargs, **extra})
-            trainers[side] = finish_side(side, build_trainer(algorithm, side_model(side, model_factory), args,
-                                                             peft_config))
+            trainers[side] = finish_side(
+                side, build_trainer(algorithm, side_model(side, model_factory), args, peft_config)
+            )
     return Sides(**trainers)
 
 
@@ -105,8 +131,9 @@ def run_side(trainer, optimizer_steps: int = 2, lr: float | None = None, seed: i
             trace.inputs.append({k: v.detach().clone() for k, v in batch.items() if isinstance(v, torch.Tensor)})
             loss = trainer.training_step(trainer.model, batch, num_items)
             trace.losses.append(float(loss))
-            trace.grads.append({n: p.grad.detach().clone() for n, p in trainable(trainer.model).items()
-                                if p.grad is not None})
+            trace.grads.append(
+                {n: p.grad.detach().clone() for n, p in trainable(trainer.model).items() if p.grad is not None}
+            )
         sgd_step(trainer, lr)
     trace.params = {n: p.detach().clone() for n, p in trainable(trainer.model).items()}
     trace.metrics = {k: list(v) for k, v in trainer._stored_metrics["train"].items()}

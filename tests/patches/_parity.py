@@ -175,15 +175,18 @@ def check(what: str, patched, stock, reference, *perturbed, extra_floor: float =
     floor = F_FLOOR * e_perturbed + F_FLOOR * U32 * _norm(r) + extra_floor
     bound = K_STOCK * e_stock + floor
     _record(what, e_patched, e_stock, e_perturbed, floor, bound)
-    assert e_patched <= bound, (f"{what}: |patched - ref| = {e_patched:.3e} > {K_STOCK:g} x |stock - ref| "
-                                f"({e_stock:.3e}) + floor {floor:.3e} (|perturbed - ref| = {e_perturbed:.3e})")
+    assert e_patched <= bound, (
+        f"{what}: |patched - ref| = {e_patched:.3e} > {K_STOCK:g} x |stock - ref| "
+        f"({e_stock:.3e}) + floor {floor:.3e} (|perturbed - ref| = {e_perturbed:.3e})"
+    )
 
 
 def check_exact(what: str, values: Sides) -> None:
     for side in FLOAT64_SIDES:
         assert torch.equal(values.stock, getattr(values, side)), f"{what}: the {side} side rolled out other samples"
-    assert torch.equal(values.patched, values.stock), f"{what} differs between patched and stock (rollouts or " \
-                                                      "batches diverged)"
+    assert torch.equal(values.patched, values.stock), (
+        f"{what} differs between patched and stock (rollouts or batches diverged)"
+    )
 
 
 def check_sides(what: str, values: Sides) -> None:
@@ -233,7 +236,9 @@ def assert_metrics_match(traces: Sides, extra_patched=("peak_memory_gb",)) -> No
     assert stock.metrics, "stock logged no metric"
     assert all(set(t.metrics) == set(stock.metrics) for side, t in zip(Sides._fields, traces) if side != "patched")
     assert set(stock.metrics) <= set(patched.metrics) <= set(stock.metrics) | set(extra_patched), (
-        sorted(stock.metrics), sorted(patched.metrics))
+        sorted(stock.metrics),
+        sorted(patched.metrics),
+    )
     for key in stock.metrics:
         values = Sides(*(t.metrics[key] for t in traces))
         assert len({len(v) for v in values}) == 1, f"metric {key}: logged a different number of times"

@@ -75,15 +75,17 @@ def dataset(kind: str, n: int = 9):
     if kind == "kto":
         # unpaired, both labels present, not alternating
         labels = [i % 3 != 1 for i in rows]
-        return Dataset.from_dict({"prompt": p, "completion": [gi if lab else bi for gi, bi, lab in zip(g, b, labels)],
-                                  "label": labels})
+        return Dataset.from_dict(
+            {"prompt": p, "completion": [gi if lab else bi for gi, bi, lab in zip(g, b, labels)], "label": labels}
+        )
     if kind == "text":
         return Dataset.from_dict({"text": [f"{pi}{gi}" for pi, gi in zip(p, g)]})
     if kind == "prompt_completion":
         return Dataset.from_dict({"prompt": p, "completion": g})
     if kind == "reward":
-        return Dataset.from_dict({"chosen": [f"{pi}{gi}" for pi, gi in zip(p, g)],
-                                  "rejected": [f"{pi}{bi}" for pi, bi in zip(p, b)]})
+        return Dataset.from_dict(
+            {"chosen": [f"{pi}{gi}" for pi, gi in zip(p, g)], "rejected": [f"{pi}{bi}" for pi, bi in zip(p, b)]}
+        )
     raise ValueError(kind)
 
 
@@ -100,9 +102,19 @@ def tiny_reward_model(seed: int = 0):
 
 def make_config(algorithm: str, output_dir: str, **overrides):
     config_cls, _ = trl_classes(algorithm)
-    kw = dict(output_dir=output_dir, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
-              per_device_train_batch_size=3, learning_rate=1e-2, gradient_checkpointing=False, seed=0,
-              dataloader_pin_memory=False, max_length=48)
+    kw = dict(
+        output_dir=output_dir,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        per_device_train_batch_size=3,
+        learning_rate=1e-2,
+        gradient_checkpointing=False,
+        seed=0,
+        dataloader_pin_memory=False,
+        max_length=48,
+    )
     kw.update(overrides)
     return config_cls(**kw)
 
@@ -110,15 +122,28 @@ def make_config(algorithm: str, output_dir: str, **overrides):
 def build_trainer(algorithm: str, model, args, peft_config=None, train_dataset=None, seed: int = 0):
     _, trainer_cls = trl_classes(algorithm)
     torch.manual_seed(seed)
-    trainer = trainer_cls(model=model, args=args, train_dataset=train_dataset or dataset(DATA_KIND[algorithm]),
-                          processing_class=T.tokenizer(), peft_config=copy.deepcopy(peft_config))
+    trainer = trainer_cls(
+        model=model,
+        args=args,
+        train_dataset=train_dataset or dataset(DATA_KIND[algorithm]),
+        processing_class=T.tokenizer(),
+        peft_config=copy.deepcopy(peft_config),
+    )
     trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by Trainer.train otherwise
     return trainer
 
 
-def build_sides(algorithm: str, model_factory, config_kwargs: dict, output_dir: str, peft_config=None,
-                num_chunks: int | None = None, data_kind: str | None = None, patched_model_setup=None,
-                patched_config: dict | None = None) -> Sides:
+def build_sides(
+    algorithm: str,
+    model_factory,
+    config_kwargs: dict,
+    output_dir: str,
+    peft_config=None,
+    num_chunks: int | None = None,
+    data_kind: str | None = None,
+    patched_model_setup=None,
+    patched_config: dict | None = None,
+) -> Sides:
     """The sides' trainers (_parity) on identical models; `num_chunks` / `patched_config` go to the
     patched config only, `patched_model_setup(model)` prepares the patched side's model only (e.g. FastLanguageModel's
     checkpointing)."""
@@ -143,8 +168,9 @@ def enable_checkpointing_like_train(trainer) -> None:
         return
     kwargs = dict(getattr(args, "activation_checkpointing_kwargs", None) or args.gradient_checkpointing_kwargs or {})
     every_n_layers, offload = kwargs.pop("every_n_layers", 1), kwargs.pop("offload", False)
-    trainer.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs or None,
-                                                  every_n_layers=every_n_layers, offload=offload)
+    trainer.model.activation_checkpointing_enable(
+        activation_checkpointing_kwargs=kwargs or None, every_n_layers=every_n_layers, offload=offload
+    )
 
 
 def run_side(trainer, optimizer_steps: int = 2, lr: float | None = None, seed: int = 1234) -> Trace:
@@ -163,8 +189,9 @@ def run_side(trainer, optimizer_steps: int = 2, lr: float | None = None, seed: i
             trace.inputs.append({k: v.detach().clone() for k, v in batch.items() if isinstance(v, torch.Tensor)})
             loss = trainer.training_step(trainer.model, batch, num_items)
             trace.losses.append(float(loss))
-            trace.grads.append({n: p.grad.detach().clone() for n, p in trainable(trainer.model).items()
-                                if p.grad is not None})
+            trace.grads.append(
+                {n: p.grad.detach().clone() for n, p in trainable(trainer.model).items() if p.grad is not None}
+            )
         sgd_step(trainer, lr)
     trace.params = {n: p.detach().clone() for n, p in trainable(trainer.model).items()}
     trace.metrics = {k: list(v) for k, v in trainer._metrics["train"].items()}

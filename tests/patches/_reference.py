@@ -33,8 +33,13 @@ from contextlib import contextmanager
 import torch
 
 # Trainer modules that import `add_fused_lm_head` by name and call it in `__init__`
-HEAD_MODULES = ("trl.trainer.grpo_trainer", "trl.trainer.rloo_trainer", "trl.trainer.dpo_trainer",
-                "trl.trainer.kto_trainer", "trl.trainer.sft_trainer")
+HEAD_MODULES = (
+    "trl.trainer.grpo_trainer",
+    "trl.trainer.rloo_trainer",
+    "trl.trainer.dpo_trainer",
+    "trl.trainer.kto_trainer",
+    "trl.trainer.sft_trainer",
+)
 
 
 def naive_outputs(z: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -65,8 +70,9 @@ def logit_scale_of(text_config) -> float:
     return 1.0
 
 
-def naive_fused_lm_head(model, temperature: float = 1.0, cast_lm_head_to_fp32: bool = False,
-                        outputs: tuple[str, ...] = ("log_probs",)) -> None:
+def naive_fused_lm_head(
+    model, temperature: float = 1.0, cast_lm_head_to_fp32: bool = False, outputs: tuple[str, ...] = ("log_probs",)
+) -> None:
     """TRL's `add_fused_lm_head` contract with materialised logits in the model's dtype (float64 here)."""
     from trl.trainer.utils import FusedCausalLMOutput
 
@@ -78,8 +84,15 @@ def naive_fused_lm_head(model, temperature: float = 1.0, cast_lm_head_to_fp32: b
     @functools.wraps(type(model).forward)
     def forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs):
         if not fused_lm_head:
-            extra = {k: v for k, v in (("labels", labels), ("shift_labels", shift_labels),
-                                       ("num_items_in_batch", num_items_in_batch)) if v is not None}
+            extra = {
+                k: v
+                for k, v in (
+                    ("labels", labels),
+                    ("shift_labels", shift_labels),
+                    ("num_items_in_batch", num_items_in_batch),
+                )
+                if v is not None
+            }
             return original_forward(*args, **kwargs, **extra)
         kwargs["use_cache"] = False
         hidden = self.base_model(*args, **kwargs).last_hidden_state
@@ -92,8 +105,9 @@ def naive_fused_lm_head(model, temperature: float = 1.0, cast_lm_head_to_fp32: b
             z = softcap * torch.tanh(z / softcap)
         fields = naive_outputs(z / temperature, labels)
         mask = fields["label_mask"]
-        loss = -fields["log_probs"].sum() / (mask.sum().clamp(min=1) if num_items_in_batch is None
-                                             else num_items_in_batch)
+        loss = -fields["log_probs"].sum() / (
+            mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+        )
         kept = {k: (v if k in outputs or k in ("log_probs", "label_mask") else None) for k, v in fields.items()}
         return FusedCausalLMOutput(loss=loss, **kept)
 

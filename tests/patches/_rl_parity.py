@@ -60,9 +60,21 @@ def dataset(n: int = 6):
 def make_config(algorithm: str, output_dir: str, **overrides):
     """A small CPU fp32 config; `overrides` win. Built in the current patch state (slimrl fields need the patch)."""
     config_cls, _ = trl_classes(algorithm)
-    kw = dict(output_dir=output_dir, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
-              per_device_train_batch_size=4, num_generations=2, max_completion_length=7, learning_rate=1e-2,
-              gradient_checkpointing=False, seed=0, disable_dropout=True, dataloader_pin_memory=False)
+    kw = dict(
+        output_dir=output_dir,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=7,
+        learning_rate=1e-2,
+        gradient_checkpointing=False,
+        seed=0,
+        disable_dropout=True,
+        dataloader_pin_memory=False,
+    )
     kw.update(overrides)
     return config_cls(**kw)
 
@@ -70,8 +82,14 @@ def make_config(algorithm: str, output_dir: str, **overrides):
 def build_trainer(algorithm: str, model, args, peft_config=None, seed: int = 0, train_dataset=None):
     _, trainer_cls = trl_classes(algorithm)
     torch.manual_seed(seed)  # TRL creates LoRA adapters from peft_config with the global RNG
-    trainer = trainer_cls(model=model, reward_funcs=reward_ids, args=args, train_dataset=train_dataset or dataset(),
-                          processing_class=T.tokenizer(), peft_config=copy.deepcopy(peft_config))
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=reward_ids,
+        args=args,
+        train_dataset=train_dataset or dataset(),
+        processing_class=T.tokenizer(),
+        peft_config=copy.deepcopy(peft_config),
+    )
     trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by Trainer.train otherwise
     return trainer
 
@@ -84,16 +102,24 @@ def side_config(side: str, config_kwargs: dict, num_chunks=None, patched_config=
     return {**config_kwargs, **extra, **(patched_config or {})}
 
 
-def build_sides(algorithm: str, model_factory, config_kwargs: dict, output_dir: str, peft_config=None,
-                num_chunks: int | None = None, patched_config: dict | None = None) -> Sides:
+def build_sides(
+    algorithm: str,
+    model_factory,
+    config_kwargs: dict,
+    output_dir: str,
+    peft_config=None,
+    num_chunks: int | None = None,
+    patched_config: dict | None = None,
+) -> Sides:
     """Stock, patched and reference trainers on the same weights; `num_chunks` and `patched_config` go to the patched
     config only (slimrl's fields)."""
     trainers = {}
     for side in Sides._fields:
         with side_state(side, algorithm):
             args = make_config(algorithm, output_dir, **side_config(side, config_kwargs, num_chunks, patched_config))
-            trainers[side] = finish_side(side, build_trainer(algorithm, side_model(side, model_factory), args,
-                                                             peft_config))
+            trainers[side] = finish_side(
+                side, build_trainer(algorithm, side_model(side, model_factory), args, peft_config)
+            )
     return Sides(**trainers)
 
 
@@ -111,12 +137,12 @@ def micro_step(trainer, gen_batch, seed: int, trace: Trace) -> None:
     trace.losses.append(float(loss))
     buffered = trainer._buffered_inputs[step % trainer.args.steps_per_generation]
     trace.inputs.append({k: v.detach().clone() for k, v in buffered.items() if isinstance(v, torch.Tensor)})
-    trace.grads.append({n: p.grad.detach().clone() for n, p in trainable(trainer.model).items()
-                        if p.grad is not None})
+    trace.grads.append({n: p.grad.detach().clone() for n, p in trainable(trainer.model).items() if p.grad is not None})
 
 
-def run_sides(algorithm: str, trainers: Sides, optimizer_steps: int = 2, lr: float | None = None,
-              seed: int = 1234) -> Sides:
+def run_sides(
+    algorithm: str, trainers: Sides, optimizer_steps: int = 2, lr: float | None = None, seed: int = 1234
+) -> Sides:
     """`optimizer_steps` steps on every side, in lock-step; each side's calls run in its own patch state."""
     if lr is None:
         lr = SGD_LR if hasattr(trainers.stock.model, "peft_config") else FULL_FT_SGD_LR
@@ -141,12 +167,21 @@ def assert_traces_match(traces: Sides) -> None:
     assert_metrics_match(traces)
 
 
-def train_side(algorithm: str, side: str, model_factory, config_kwargs: dict, output_dir: str, peft_config=None,
-               num_chunks: int | None = None, seed: int = 0):
+def train_side(
+    algorithm: str,
+    side: str,
+    model_factory,
+    config_kwargs: dict,
+    output_dir: str,
+    peft_config=None,
+    num_chunks: int | None = None,
+    seed: int = 0,
+):
     """Build and `train()` one side (a field of `Sides`); returns the trainer."""
     with side_state(side, algorithm):
         args = make_config(algorithm, output_dir, **side_config(side, config_kwargs, num_chunks))
-        trainer = finish_side(side, build_trainer(algorithm, side_model(side, model_factory), args, peft_config,
-                                                  seed=seed))
+        trainer = finish_side(
+            side, build_trainer(algorithm, side_model(side, model_factory), args, peft_config, seed=seed)
+        )
         trainer.train()
     return trainer

@@ -55,8 +55,14 @@ def lora_config(**overrides):
 
     # init_lora_weights=False: B is random too, so the adapter already moves the outputs (and every LoRA matrix
     # gets a gradient on the first step), and an adapter-disabled reference differs from the policy from step 1
-    kw = dict(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "gate_proj"],
-              init_lora_weights=False, task_type="CAUSAL_LM")
+    kw = dict(
+        r=4,
+        lora_alpha=8,
+        lora_dropout=0.0,
+        target_modules=["q_proj", "v_proj", "gate_proj"],
+        init_lora_weights=False,
+        task_type="CAUSAL_LM",
+    )
     kw.update(overrides)
     return LoraConfig(**kw)
 

@@ -15,14 +15,22 @@ import _tiny as T
 def _grpo(tmp_path, dataset, **kwargs):
     PatchFastRL("grpo")
     config = R.make_config("grpo", str(tmp_path))
-    return R.trl_classes("grpo")[1](model=T.tiny_model(), reward_funcs=R.reward_ids, args=config,
-                                    train_dataset=dataset, processing_class=kwargs.pop("tokenizer", T.tokenizer()),
-                                    **kwargs)
+    return R.trl_classes("grpo")[1](
+        model=T.tiny_model(),
+        reward_funcs=R.reward_ids,
+        args=config,
+        train_dataset=dataset,
+        processing_class=kwargs.pop("tokenizer", T.tokenizer()),
+        **kwargs,
+    )
 
 
 def test_grpo_dataset_without_prompt_column(tmp_path, unpatched):
-    with pytest.raises(ValueError, match=r"GRPOTrainer: train_dataset has the columns \['question'\], but it needs "
-                                         r"\(prompt\).*rename_column"):
+    with pytest.raises(
+        ValueError,
+        match=r"GRPOTrainer: train_dataset has the columns \['question'\], but it needs "
+        r"\(prompt\).*rename_column",
+    ):
         _grpo(tmp_path, Dataset.from_dict({"question": ["a", "b"]}))
 
 
@@ -36,38 +44,50 @@ def test_eval_dataset_is_checked_too(tmp_path, unpatched):
         _grpo(tmp_path, R.dataset(), eval_dataset=Dataset.from_dict({"text": ["x"]}))
 
 
-@pytest.mark.parametrize("algorithm, columns, needs", [
-    ("dpo", {"prompt": ["p"], "good": ["a"], "bad": ["b"]}, r"\(chosen, rejected\)"),
-    ("kto", {"prompt": ["p"], "answer": ["a"]}, r"\(completion, label\) or \(chosen, rejected\)"),
-    ("sft", {"question": ["q"]}, r"\(text\) or \(messages\) or \(prompt, completion\)"),
-    ("reward", {"good": ["a"]}, r"\(chosen, rejected\)"),
-])
+@pytest.mark.parametrize(
+    "algorithm, columns, needs",
+    [
+        ("dpo", {"prompt": ["p"], "good": ["a"], "bad": ["b"]}, r"\(chosen, rejected\)"),
+        ("kto", {"prompt": ["p"], "answer": ["a"]}, r"\(completion, label\) or \(chosen, rejected\)"),
+        ("sft", {"question": ["q"]}, r"\(text\) or \(messages\) or \(prompt, completion\)"),
+        ("reward", {"good": ["a"]}, r"\(chosen, rejected\)"),
+    ],
+)
 def test_offline_trainers_name_the_columns_they_need(algorithm, columns, needs, tmp_path, unpatched):
     PatchFastRL(algorithm)
     config_cls, trainer_cls = H.trl_classes(algorithm)
     model = H.tiny_reward_model() if algorithm == "reward" else T.tiny_model()
     with pytest.raises(ValueError, match=rf"train_dataset has the columns .* but it needs {needs}"):
-        trainer_cls(model=model, args=config_cls(output_dir=str(tmp_path), report_to="none"),
-                    train_dataset=Dataset.from_dict(columns), processing_class=T.tokenizer(),
-                    **({"peft_config": T.lora_config()} if algorithm in ("dpo", "kto") else {}))
+        trainer_cls(
+            model=model,
+            args=config_cls(output_dir=str(tmp_path), report_to="none"),
+            train_dataset=Dataset.from_dict(columns),
+            processing_class=T.tokenizer(),
+            **({"peft_config": T.lora_config()} if algorithm in ("dpo", "kto") else {}),
+        )
 
 
 def test_orpo_needs_an_explicit_prompt(tmp_path, unpatched):
     PatchFastRL("orpo")
     config_cls, trainer_cls = O.trl_classes("orpo")
     with pytest.raises(ValueError, match=r"needs \(prompt, chosen, rejected\)"):
-        trainer_cls(model=T.tiny_model(), args=config_cls(output_dir=str(tmp_path), report_to="none"),
-                    train_dataset=Dataset.from_dict({"chosen": ["a"], "rejected": ["b"]}),
-                    processing_class=T.tokenizer())
+        trainer_cls(
+            model=T.tiny_model(),
+            args=config_cls(output_dir=str(tmp_path), report_to="none"),
+            train_dataset=Dataset.from_dict({"chosen": ["a"], "rejected": ["b"]}),
+            processing_class=T.tokenizer(),
+        )
 
 
 def test_sft_dataset_text_field_is_a_form(tmp_path, unpatched):
     PatchFastRL("sft")
     config_cls, trainer_cls = H.trl_classes("sft")
-    trainer = trainer_cls(model=T.tiny_model(), args=config_cls(output_dir=str(tmp_path), report_to="none",
-                                                                dataset_text_field="body", max_length=32),
-                          train_dataset=Dataset.from_dict({"body": ["hello world"] * 2}),
-                          processing_class=T.tokenizer())
+    trainer = trainer_cls(
+        model=T.tiny_model(),
+        args=config_cls(output_dir=str(tmp_path), report_to="none", dataset_text_field="body", max_length=32),
+        train_dataset=Dataset.from_dict({"body": ["hello world"] * 2}),
+        processing_class=T.tokenizer(),
+    )
     assert trainer.train_dataset is not None
 
 

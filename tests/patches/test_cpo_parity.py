@@ -18,8 +18,10 @@ ALGO = "cpo"
 CASES = {
     "sigmoid-smoothing-full": (False, dict(loss_type="sigmoid", label_smoothing=0.1)),
     "hinge-lora": (True, dict(loss_type="hinge", beta=0.2)),
-    "ipo-alpha0-full-ga2": (False, dict(loss_type="ipo", cpo_alpha=0.0, gradient_accumulation_steps=2,
-                                        per_device_train_batch_size=2)),
+    "ipo-alpha0-full-ga2": (
+        False,
+        dict(loss_type="ipo", cpo_alpha=0.0, gradient_accumulation_steps=2, per_device_train_batch_size=2),
+    ),
     "simpo-cpoalpha-lora": (True, dict(loss_type="simpo", cpo_alpha=0.5, simpo_gamma=0.3)),
     "simpo-cpoalpha-full": (False, dict(loss_type="simpo", cpo_alpha=2.0)),
     "alphapo-full": (False, dict(loss_type="alphapo", alpha=0.3)),

@@ -42,8 +42,14 @@ def _factory(lora, saved_model):
 def test_dpo_matches_stock(case, tmp_path, saved_model, unpatched):
     config, lora, chunks = CASES[case]
     LeanLogProbFunction.last_forward_chunks = None
-    trainers = H.build_sides(ALGO, _factory(lora, saved_model), config, str(tmp_path),
-                             peft_config=T.lora_config() if lora else None, num_chunks=chunks)
+    trainers = H.build_sides(
+        ALGO,
+        _factory(lora, saved_model),
+        config,
+        str(tmp_path),
+        peft_config=T.lora_config() if lora else None,
+        num_chunks=chunks,
+    )
     stock, patched = trainers.stock, trainers.patched
     precompute = config.get("precompute_ref_log_probs", False)
     if precompute:
@@ -73,8 +79,14 @@ def test_offload_checkpointing_matches_stock_checkpointing(tmp_path, unpatched):
     from slimrl.models.checkpointing import apply_checkpointing, is_checkpointing_active
 
     config = dict(gradient_checkpointing=True, **BS2_GA2)
-    trainers = H.build_sides(ALGO, lambda: T.tiny_model(0), config, str(tmp_path), T.lora_config(),
-                             patched_model_setup=lambda m: apply_checkpointing(m, "offload"))
+    trainers = H.build_sides(
+        ALGO,
+        lambda: T.tiny_model(0),
+        config,
+        str(tmp_path),
+        T.lora_config(),
+        patched_model_setup=lambda m: apply_checkpointing(m, "offload"),
+    )
     stock, patched = trainers.stock, trainers.patched
     H.assert_traces_match(H.run_sides(ALGO, trainers))
     base = patched.model.get_base_model()
@@ -88,8 +100,13 @@ def test_num_chunks_changes_chunking_not_numbers(tmp_path, unpatched):
     traces = H.run_sides(ALGO, trainers)
     assert LeanLogProbFunction.last_forward_chunks == 1
     with P.patched_state(ALGO):
-        four = H.build_trainer(ALGO, T.tiny_model(0), H.make_config(ALGO, str(tmp_path / "b"), slimrl_num_chunks=4,
-                                                                     **BS3), T.lora_config(), H.dataset("preference"))
+        four = H.build_trainer(
+            ALGO,
+            T.tiny_model(0),
+            H.make_config(ALGO, str(tmp_path / "b"), slimrl_num_chunks=4, **BS3),
+            T.lora_config(),
+            H.dataset("preference"),
+        )
         p4 = H.run_side(four)
     assert LeanLogProbFunction.last_forward_chunks == 4 and LeanLogProbFunction.last_backward_chunks == 4
     H.assert_traces_match(traces)
@@ -110,8 +127,16 @@ def test_unsloth_style_script(tmp_path, saved_model, unpatched):
     slimrl.PatchFastRL("dpo", FastLanguageModel)
     from trl import DPOConfig, DPOTrainer
 
-    args = DPOConfig(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, learning_rate=1e-4,
-                     logging_steps=1, save_strategy="no", report_to="none", unsloth_num_chunks=2)
+    args = DPOConfig(
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=2,
+        learning_rate=1e-4,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        unsloth_num_chunks=2,
+    )
     assert args.bf16 is False and args.slimrl_num_chunks == 2
     trainer = DPOTrainer(model=model, args=args, train_dataset=H.dataset("preference"), processing_class=tokenizer)
     assert trainer.args.max_length == 40, "TRL's default max_length follows the model's max_seq_length"
@@ -125,20 +150,38 @@ def test_unsloth_style_script(tmp_path, saved_model, unpatched):
 def test_train_end_to_end_matches_stock(tmp_path, unpatched):
     """`trainer.train()` for 2 steps (TRL's own loop, SGD optimizer, gradient checkpointing on, logging every step):
     same logged loss and DPO metrics and the same final adapter."""
-    config = dict(max_steps=2, optim="sgd", gradient_checkpointing=True, loss_type=["sigmoid", "sft"],
-                  loss_weights=[1.0, 0.3], **BS3)
+    config = dict(
+        max_steps=2,
+        optim="sgd",
+        gradient_checkpointing=True,
+        loss_type=["sigmoid", "sft"],
+        loss_weights=[1.0, 0.3],
+        **BS3,
+    )
 
     def train(side):
         with P.side_state(side, ALGO):
             extra = {"slimrl_num_chunks": 2} if side == "patched" else {}
-            trainer = H.build_trainer(ALGO, P.side_model(side, lambda: T.tiny_model(0)),
-                                      H.make_config(ALGO, str(tmp_path), **config, **extra), T.lora_config())
+            trainer = H.build_trainer(
+                ALGO,
+                P.side_model(side, lambda: T.tiny_model(0)),
+                H.make_config(ALGO, str(tmp_path), **config, **extra),
+                T.lora_config(),
+            )
             P.finish_side(side, trainer).train()
         return trainer
 
     trainers = P.Sides(*(train(side) for side in P.Sides._fields))
-    keys = ("loss", "rewards/chosen", "rewards/margins", "logps/rejected", "logits/chosen", "entropy",
-            "mean_token_accuracy", "num_tokens")
+    keys = (
+        "loss",
+        "rewards/chosen",
+        "rewards/margins",
+        "logps/rejected",
+        "logits/chosen",
+        "entropy",
+        "mean_token_accuracy",
+        "num_tokens",
+    )
     for key in keys:
         logged = [T.logged(t, key) for t in trainers]
         assert all(len(values) == 2 for values in logged), key

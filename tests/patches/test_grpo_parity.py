@@ -37,8 +37,12 @@ def _head(model) -> str:
 
 
 def _check_heads(trainers):
-    heads = {"stock": STOCK_HEAD, "patched": SLIMRL_HEAD, "reference": REFERENCE_HEAD,
-             **dict.fromkeys(P.PERTURBATION_SEEDS, REFERENCE_HEAD)}
+    heads = {
+        "stock": STOCK_HEAD,
+        "patched": SLIMRL_HEAD,
+        "reference": REFERENCE_HEAD,
+        **dict.fromkeys(P.PERTURBATION_SEEDS, REFERENCE_HEAD),
+    }
     for side, trainer in zip(P.Sides._fields, trainers):
         assert T.head_file(trainer).endswith(heads[side]), side
         if trainers.stock.ref_model is not None:
@@ -46,8 +50,14 @@ def _check_heads(trainers):
 
 
 def _run_case(tmp_path, kind, saved_model, config, lora, num_chunks):
-    trainers = R.build_sides(ALGO, _model_factory(kind, saved_model), config, str(tmp_path),
-                             peft_config=T.lora_config() if lora else None, num_chunks=num_chunks)
+    trainers = R.build_sides(
+        ALGO,
+        _model_factory(kind, saved_model),
+        config,
+        str(tmp_path),
+        peft_config=T.lora_config() if lora else None,
+        num_chunks=num_chunks,
+    )
     _check_heads(trainers)
     traces = R.run_sides(ALGO, trainers)
     R.assert_traces_match(traces)
@@ -61,8 +71,15 @@ PPO_CLIP = {"grpo", "bnpo", "dr_grpo", "dapo", "luspo"}
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_loss_types_lora_with_reference(tmp_path, unpatched, saved_model, loss_type):
     level = "sequence" if loss_type == "luspo" else "token"  # TRL requires sequence-level ratios for LUSPO
-    config = dict(loss_type=loss_type, importance_sampling_level=level, beta=0.04, num_iterations=2,
-                  per_device_train_batch_size=4, num_generations=2, max_completion_length=7)
+    config = dict(
+        loss_type=loss_type,
+        importance_sampling_level=level,
+        beta=0.04,
+        num_iterations=2,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=7,
+    )
     stock, patched, (s, *_) = _run_case(tmp_path, "memory", saved_model, config, lora=True, num_chunks=3)
     assert all("old_per_token_logps" in x and "ref_per_token_logps" in x for x in s.inputs)
     # The reference (adapter disabled) is not the policy: the KL term is live from the first step
@@ -73,33 +90,106 @@ def test_loss_types_lora_with_reference(tmp_path, unpatched, saved_model, loss_t
 
 TARGETED = {
     # full fine-tuning, reference reloaded from disk; old log-probs because steps_per_generation > accumulation
-    "full-ref-spg2-dapo-chunks3": ("saved", False, 3, dict(
-        loss_type="dapo", beta=0.04, steps_per_generation=2, per_device_train_batch_size=3, num_generations=3,
-        max_completion_length=7)),
+    "full-ref-spg2-dapo-chunks3": (
+        "saved",
+        False,
+        3,
+        dict(
+            loss_type="dapo",
+            beta=0.04,
+            steps_per_generation=2,
+            per_device_train_batch_size=3,
+            num_generations=3,
+            max_completion_length=7,
+        ),
+    ),
     # full fine-tuning, no reference; GSPO sequence ratios, entropy mask, two-sided clip, temperature, one chunk
-    "full-seq-entropymask-delta-temp-chunks1": ("memory", False, 1, dict(
-        loss_type="grpo", importance_sampling_level="sequence", top_entropy_quantile=0.5, delta=1.5, temperature=0.7,
-        beta=0.0, num_iterations=2, per_device_train_batch_size=6, num_generations=3, max_completion_length=9)),
+    "full-seq-entropymask-delta-temp-chunks1": (
+        "memory",
+        False,
+        1,
+        dict(
+            loss_type="grpo",
+            importance_sampling_level="sequence",
+            top_entropy_quantile=0.5,
+            delta=1.5,
+            temperature=0.7,
+            beta=0.0,
+            num_iterations=2,
+            per_device_train_batch_size=6,
+            num_generations=3,
+            max_completion_length=9,
+        ),
+    ),
     # user-wrapped PeftModel: TRL adds a frozen "ref" adapter; gradient accumulation, asymmetric clip
-    "peftmodel-refadapter-ga2-auto": ("peft_model", False, -1, dict(
-        loss_type="bnpo", beta=0.04, gradient_accumulation_steps=2, epsilon_high=0.28,
-        per_device_train_batch_size=3, num_generations=3, max_completion_length=5)),
+    "peftmodel-refadapter-ga2-auto": (
+        "peft_model",
+        False,
+        -1,
+        dict(
+            loss_type="bnpo",
+            beta=0.04,
+            gradient_accumulation_steps=2,
+            epsilon_high=0.28,
+            per_device_train_batch_size=3,
+            num_generations=3,
+            max_completion_length=5,
+        ),
+    ),
     # gradient flows through the entropy output (entropy bonus); accumulation and reuse together
-    "lora-entropybonus-ga2-iters2-chunks3": ("memory", True, 3, dict(
-        loss_type="dr_grpo", beta=0.0, entropy_coef=0.01, gradient_accumulation_steps=2, num_iterations=2,
-        per_device_train_batch_size=3, num_generations=3, max_completion_length=5)),
+    "lora-entropybonus-ga2-iters2-chunks3": (
+        "memory",
+        True,
+        3,
+        dict(
+            loss_type="dr_grpo",
+            beta=0.0,
+            entropy_coef=0.01,
+            gradient_accumulation_steps=2,
+            num_iterations=2,
+            per_device_train_batch_size=3,
+            num_generations=3,
+            max_completion_length=5,
+        ),
+    ),
     # full fine-tuning with a reference and gradient checkpointing (TRL's default), VESPO gamma weights
-    "full-ref-vespo-checkpointing-chunks1": ("saved", False, 1, dict(
-        loss_type="vespo", beta=0.04, num_iterations=2, gradient_checkpointing=True,
-        per_device_train_batch_size=4, num_generations=2, max_completion_length=8)),
+    "full-ref-vespo-checkpointing-chunks1": (
+        "saved",
+        False,
+        1,
+        dict(
+            loss_type="vespo",
+            beta=0.04,
+            num_iterations=2,
+            gradient_checkpointing=True,
+            per_device_train_batch_size=4,
+            num_generations=2,
+            max_completion_length=8,
+        ),
+    ),
     # tied input/output embeddings, full fine-tuning
-    "full-tied-embeddings-chunks3": ("tied", False, 3, dict(
-        loss_type="dapo", beta=0.0, num_iterations=2, per_device_train_batch_size=4, num_generations=2)),
+    "full-tied-embeddings-chunks3": (
+        "tied",
+        False,
+        3,
+        dict(loss_type="dapo", beta=0.0, num_iterations=2, per_device_train_batch_size=4, num_generations=2),
+    ),
     # CISPO with its recommended wide upper clamp, truncated completions masked out, automatic chunking
-    "full-cispo-masktrunc-auto": ("memory", False, -1, dict(
-        loss_type="cispo", beta=0.0, num_iterations=2, epsilon_high=3.0, mask_truncated_completions=True,
-        per_device_train_batch_size=6,
-        num_generations=2, max_completion_length=6)),
+    "full-cispo-masktrunc-auto": (
+        "memory",
+        False,
+        -1,
+        dict(
+            loss_type="cispo",
+            beta=0.0,
+            num_iterations=2,
+            epsilon_high=3.0,
+            mask_truncated_completions=True,
+            per_device_train_batch_size=6,
+            num_generations=2,
+            max_completion_length=6,
+        ),
+    ),
 }
 
 
@@ -108,7 +198,8 @@ def test_targeted_combinations(tmp_path, unpatched, saved_model, case):
     kind, lora, chunks, config = TARGETED[case]
     stock, patched, (s, *_) = _run_case(tmp_path, kind, saved_model, config, lora, chunks)
     needs_old = config.get("num_iterations", 1) > 1 or config.get("steps_per_generation", 0) > config.get(
-        "gradient_accumulation_steps", 1)
+        "gradient_accumulation_steps", 1
+    )
     assert all(("old_per_token_logps" in x) == needs_old for x in s.inputs)
     assert all(("ref_per_token_logps" in x) == (config["beta"] > 0) for x in s.inputs)
     if config.get("mask_truncated_completions"):
@@ -135,11 +226,20 @@ def test_rollouts_have_ragged_shapes(tmp_path, unpatched):
 def test_train_end_to_end_matches_stock(tmp_path, unpatched):
     """`trainer.train()` for 2 steps (real rollouts through for_inference/for_training, gradient checkpointing on,
     TRL's optimizer loop): same logged loss, reward, KL, entropy and final parameters."""
-    config = dict(max_steps=2, loss_type="dapo", beta=0.04, optim="sgd", learning_rate=1e-2,
-                  gradient_checkpointing=True, per_device_train_batch_size=4, num_generations=2)
+    config = dict(
+        max_steps=2,
+        loss_type="dapo",
+        beta=0.04,
+        optim="sgd",
+        learning_rate=1e-2,
+        gradient_checkpointing=True,
+        per_device_train_batch_size=4,
+        num_generations=2,
+    )
     kw = dict(model_factory=lambda: T.tiny_model(0), config_kwargs=config, peft_config=T.lora_config())
-    trainers = P.Sides(*(R.train_side(ALGO, side, output_dir=str(tmp_path / side), num_chunks=3, **kw)
-                         for side in P.Sides._fields))
+    trainers = P.Sides(
+        *(R.train_side(ALGO, side, output_dir=str(tmp_path / side), num_chunks=3, **kw) for side in P.Sides._fields)
+    )
     assert T.head_file(trainers.patched).endswith(SLIMRL_HEAD) and T.head_file(trainers.stock).endswith(STOCK_HEAD)
     for key in ("loss", "reward", "reward_std", "kl", "entropy", "completions/mean_length", "num_tokens"):
         logged = [T.logged(t, key) for t in trainers]
@@ -156,6 +256,7 @@ def test_bf16_autocast_error_no_larger_than_stock(tmp_path, unpatched):
     """bf16 (use_cpu=True autocast) cannot match fp32 closely: both heads round logits and gradient tiles to bf16, at
     different places. Guard instead: against the same run in fp32, the patched bf16 gradients are off by at most
     twice what stock TRL's bf16 gradients are off (measured: 5.1e-2 vs 4.4e-2, then 6.7e-2 vs 1.1e-1)."""
+
     def run(patched, bf16):
         side = "patched" if patched else "stock"
         extra = dict(use_cpu=True, bf16=True) if bf16 else {}
@@ -183,6 +284,7 @@ def test_bf16_autocast_error_no_larger_than_stock(tmp_path, unpatched):
 
 # Rollouts keep TRL's training flag (stock TRL samples in train mode): with active dropout the samples must match.
 def test_rollouts_with_active_dropout_match_stock(tmp_path, unpatched):
-    trainers = R.build_sides(ALGO, lambda: T.tiny_model(0, attention_dropout=0.3),
-                             dict(beta=0.0, disable_dropout=False), str(tmp_path))
+    trainers = R.build_sides(
+        ALGO, lambda: T.tiny_model(0, attention_dropout=0.3), dict(beta=0.0, disable_dropout=False), str(tmp_path)
+    )
     R.assert_traces_match(R.run_sides(ALGO, trainers))

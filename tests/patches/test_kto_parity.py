@@ -23,8 +23,7 @@ CASES = {
     "kto-full-ga2-chunks3": (dict(loss_type="kto", desirable_weight=0.7, **BS2_GA2), False, 3),
     "apo_zero_unpaired-lora": (dict(loss_type="apo_zero_unpaired", **BS3), True, None),
     "precompute-kto-full": (dict(loss_type="kto", precompute_ref_log_probs=True, **BS3), False, 2),
-    "precompute-apo-lora-ga2": (dict(loss_type="apo_zero_unpaired", precompute_ref_log_probs=True, **BS2_GA2),
-                                True, 3),
+    "precompute-apo-lora-ga2": (dict(loss_type="apo_zero_unpaired", precompute_ref_log_probs=True, **BS2_GA2), True, 3),
 }
 
 
@@ -33,8 +32,9 @@ def test_kto_matches_stock(case, tmp_path, saved_model, unpatched):
     config, lora, chunks = CASES[case]
     factory = (lambda: T.tiny_model(0)) if lora else (lambda: T.load_tiny(saved_model))
     LeanLogProbFunction.last_forward_chunks = None
-    trainers = H.build_sides(ALGO, factory, config, str(tmp_path), peft_config=T.lora_config() if lora else None,
-                             num_chunks=chunks)
+    trainers = H.build_sides(
+        ALGO, factory, config, str(tmp_path), peft_config=T.lora_config() if lora else None, num_chunks=chunks
+    )
     stock, patched = trainers.stock, trainers.patched
     precompute = config.get("precompute_ref_log_probs", False)
     if precompute:

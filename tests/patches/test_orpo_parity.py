@@ -26,10 +26,20 @@ def _gemma2_softcap():
     from transformers import AutoModelForCausalLM, Gemma2Config
 
     torch.manual_seed(0)
-    config = Gemma2Config(vocab_size=T.VOCAB, hidden_size=T.HIDDEN, intermediate_size=2 * T.HIDDEN,
-                          num_hidden_layers=T.LAYERS, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                          final_logit_softcapping=0.5, pad_token_id=0, eos_token_id=2, bos_token_id=None,
-                          attn_implementation="eager")
+    config = Gemma2Config(
+        vocab_size=T.VOCAB,
+        hidden_size=T.HIDDEN,
+        intermediate_size=2 * T.HIDDEN,
+        num_hidden_layers=T.LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        final_logit_softcapping=0.5,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=None,
+        attn_implementation="eager",
+    )
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
 
 
@@ -89,8 +99,9 @@ def test_patched_step_never_allocates_full_logits(tmp_path, unpatched):
     with P.stock_state():
         stock = H.build_trainer(ALGO, factory(), H.make_config(ALGO, str(tmp_path)), H.lora_config())
     with P.patched_state(ALGO):  # the config knob (the shared set-up, patches/trainer_setup.py) reaches the lean head
-        patched = H.build_trainer(ALGO, factory(), H.make_config(ALGO, str(tmp_path), slimrl_num_chunks=8),
-                                  H.lora_config())
+        patched = H.build_trainer(
+            ALGO, factory(), H.make_config(ALGO, str(tmp_path), slimrl_num_chunks=8), H.lora_config()
+        )
     batch = next(iter(stock.get_train_dataloader()))
     rows = 2 * batch["chosen_input_ids"].shape[0]
     seq = max(batch["chosen_input_ids"].shape[1], batch["rejected_input_ids"].shape[1])
@@ -130,8 +141,9 @@ def test_encoder_decoder_calls_stock_with_warning(unpatched):
         assert concatenated_forward_maker(ORPO)(original)(trainer, "model", "batch") == "stock-result"
     assert calls == [(trainer, "model", "batch")]
     stats = shared_prefix_stats(trainer)  # no shared prefix either, and the reason is recorded
-    assert stats.fallback_calls == 1 and list(stats.reasons) == ["stock's full-logits forward runs: the model is an "
-                                                                  "encoder-decoder"]
+    assert stats.fallback_calls == 1 and list(stats.reasons) == [
+        "stock's full-logits forward runs: the model is an encoder-decoder"
+    ]
 
 
 def test_unreproduced_logit_postprocessing_raises(tmp_path, unpatched):

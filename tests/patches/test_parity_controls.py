@@ -53,8 +53,9 @@ def _rl_traces(tmp_path, tamper=None, **build):
 
 
 def _dpo_traces(tmp_path, tamper=None, **build):
-    trainers = H.build_sides("dpo", lambda: T.tiny_model(0), dict(per_device_train_batch_size=3), str(tmp_path),
-                             T.lora_config(), **build)
+    trainers = H.build_sides(
+        "dpo", lambda: T.tiny_model(0), dict(per_device_train_batch_size=3), str(tmp_path), T.lora_config(), **build
+    )
     if tamper is not None:
         tamper(trainers)
     return H.run_sides("dpo", trainers)
@@ -67,8 +68,11 @@ def _orpo_traces(tmp_path, tamper=None):
     return O.run_sides("orpo", trainers, optimizer_steps=1)
 
 
-HARNESSES = {"grpo": (_rl_traces, R.assert_traces_match), "dpo": (_dpo_traces, H.assert_traces_match),
-             "orpo": (_orpo_traces, O.assert_traces_match)}
+HARNESSES = {
+    "grpo": (_rl_traces, R.assert_traces_match),
+    "dpo": (_dpo_traces, H.assert_traces_match),
+    "orpo": (_orpo_traces, O.assert_traces_match),
+}
 
 
 @pytest.mark.parametrize("family", list(HARNESSES))
@@ -121,7 +125,8 @@ def test_changed_weight_fails(family, tmp_path, unpatched):
 
 
 def test_orpo_different_beta_fails(tmp_path, unpatched):
-    trainers = O.build_sides("orpo", lambda: T.tiny_model(0), dict(beta=0.1), str(tmp_path), patched_config={
-        "beta": 0.12})
+    trainers = O.build_sides(
+        "orpo", lambda: T.tiny_model(0), dict(beta=0.1), str(tmp_path), patched_config={"beta": 0.12}
+    )
     with pytest.raises(AssertionError):
         O.assert_traces_match(O.run_sides("orpo", trainers, optimizer_steps=1))

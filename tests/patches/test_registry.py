@@ -83,8 +83,10 @@ def test_changed_signature_raises(monkeypatch):
     assert not slimrl.is_patched()
 
 
-@pytest.mark.parametrize("module, name", [("trl.kernels.chunked_logprob", "_use_triton"),
-                                          ("trl.trainer.utils", "_CHUNKED_LOGPROB_CHUNK_SIZE")])
+@pytest.mark.parametrize(
+    "module, name",
+    [("trl.kernels.chunked_logprob", "_use_triton"), ("trl.trainer.utils", "_CHUNKED_LOGPROB_CHUNK_SIZE")],
+)
 def test_missing_trl_helper_the_head_reads_raises_naming_it(monkeypatch, module, name):
     import importlib
 
@@ -105,7 +107,10 @@ def test_unsupported_trl_version_names_both(monkeypatch):
 
 def _run(code: str) -> str:
     out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
     )
     assert out.returncode == 0, out.stderr[-3000:]
@@ -119,24 +124,27 @@ def test_import_slimrl_does_not_import_trl():
 @pytest.mark.parametrize("trl_first", [True, False])
 def test_import_order(trl_first):
     code = (
-        """
+        (
+            """
         from trl import GRPOTrainer, GRPOConfig
         from slimrl import PatchFastRL
         PatchFastRL("grpo")
         """
-        if trl_first
-        else """
+            if trl_first
+            else """
         from slimrl import PatchFastRL
         PatchFastRL("grpo")
         from trl import GRPOTrainer, GRPOConfig
         """
-    ) + """
+        )
+        + """
         import trl
         assert trl.GRPOTrainer is GRPOTrainer
         assert hasattr(GRPOTrainer.__init__, "__slimrl_seam__")
         assert GRPOConfig(output_dir="/tmp/slimrl-order", slimrl_num_chunks=2).slimrl_num_chunks == 2
         print("ok")
         """
+    )
     assert _run(code).strip().endswith("ok")
 
 

@@ -15,8 +15,10 @@ ALGO = "reward"
 
 CASES = {
     "lora": (dict(per_device_train_batch_size=3), True),
-    "full-ga2-centered": (dict(per_device_train_batch_size=2, gradient_accumulation_steps=2,
-                               center_rewards_coefficient=0.01), False),
+    "full-ga2-centered": (
+        dict(per_device_train_batch_size=2, gradient_accumulation_steps=2, center_rewards_coefficient=0.01),
+        False,
+    ),
 }
 
 

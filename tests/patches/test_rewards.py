@@ -17,9 +17,16 @@ COMPLETIONS = ["<answer>2</answer>", "<answer>8</answer>", "hi"]
 def _call(reward, **extra):
     """As TRL calls it: every keyword, the dataset columns, the trainer's helpers."""
     logged = []
-    kwargs = dict(prompts=PROMPTS, completions=COMPLETIONS, completion_ids=[[1], [2], [3]], trainer_state=None,
-                  log_extra=lambda *a: None, log_metric=lambda name, value: logged.append((name, value)),
-                  answer=["2", "7", ""], **extra)
+    kwargs = dict(
+        prompts=PROMPTS,
+        completions=COMPLETIONS,
+        completion_ids=[[1], [2], [3]],
+        trainer_state=None,
+        log_extra=lambda *a: None,
+        log_metric=lambda name, value: logged.append((name, value)),
+        answer=["2", "7", ""],
+        **extra,
+    )
     return reward(**kwargs), logged
 
 
@@ -81,12 +88,15 @@ def test_raising_reward_names_the_function_and_the_failing_input():
     assert "'say hi'" in msg and "'hi'" in msg and "slimrl_reward_errors='skip'" in msg
 
 
-@pytest.mark.parametrize("returned, why", [
-    (lambda n: [1.0] * (n - 1), "returned 2 values for the batch of 3"),
-    (lambda n: [1.0, "good", 0.0], r"returned a str \('good'\), not a number"),
-    (lambda n: [1.0, math.nan, 0.0], "returned nan"),
-    (lambda n: [1.0, math.inf, 0.0], "returned inf"),
-])
+@pytest.mark.parametrize(
+    "returned, why",
+    [
+        (lambda n: [1.0] * (n - 1), "returned 2 values for the batch of 3"),
+        (lambda n: [1.0, "good", 0.0], r"returned a str \('good'\), not a number"),
+        (lambda n: [1.0, math.nan, 0.0], "returned nan"),
+        (lambda n: [1.0, math.inf, 0.0], "returned inf"),
+    ],
+)
 def test_unusable_results_are_named(returned, why):
     def bad(completions, **kwargs):
         return returned(len(completions))

@@ -20,27 +20,61 @@ CASES = {
     # RLOO's defaults (beta=0.05) with LoRA from peft_config: reference = adapter disabled
     "lora-default-beta-chunks3": ("memory", True, 3, dict(per_device_train_batch_size=4, num_generations=2)),
     # full fine-tuning, reference reloaded from `config._name_or_path`; reuse, batch of 6 in triples
-    "full-ref-iters2-normadv-chunks1": ("saved", False, 1, dict(
-        num_iterations=2, normalize_advantages=True, per_device_train_batch_size=6, num_generations=3,
-        max_completion_length=9)),
+    "full-ref-iters2-normadv-chunks1": (
+        "saved",
+        False,
+        1,
+        dict(
+            num_iterations=2,
+            normalize_advantages=True,
+            per_device_train_batch_size=6,
+            num_generations=3,
+            max_completion_length=9,
+        ),
+    ),
     # no reference; accumulation, truncated completions masked, temperature
-    "full-beta0-ga2-masktrunc-temp-auto": ("memory", False, -1, dict(
-        beta=0.0, gradient_accumulation_steps=2, mask_truncated_completions=True, temperature=0.7,
-        per_device_train_batch_size=3, num_generations=3, max_completion_length=5)),
+    "full-beta0-ga2-masktrunc-temp-auto": (
+        "memory",
+        False,
+        -1,
+        dict(
+            beta=0.0,
+            gradient_accumulation_steps=2,
+            mask_truncated_completions=True,
+            temperature=0.7,
+            per_device_train_batch_size=3,
+            num_generations=3,
+            max_completion_length=5,
+        ),
+    ),
     # user-wrapped PeftModel: TRL copies the adapter as a frozen "ref" adapter; asymmetric clip, checkpointing
-    "peftmodel-refadapter-checkpointing-chunks3": ("peft_model", False, 3, dict(
-        epsilon_high=0.28, gradient_checkpointing=True, num_iterations=2, per_device_train_batch_size=4,
-        num_generations=4, max_completion_length=6)),
+    "peftmodel-refadapter-checkpointing-chunks3": (
+        "peft_model",
+        False,
+        3,
+        dict(
+            epsilon_high=0.28,
+            gradient_checkpointing=True,
+            num_iterations=2,
+            per_device_train_batch_size=4,
+            num_generations=4,
+            max_completion_length=6,
+        ),
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_rloo_parity(tmp_path, unpatched, saved_model, case):
     kind, lora, chunks, config = CASES[case]
-    factory = {"saved": lambda: T.load_tiny(saved_model), "peft_model": T.peft_model,
-               "memory": lambda: T.tiny_model(0)}[kind]
-    trainers = R.build_sides(ALGO, factory, config, str(tmp_path), peft_config=T.lora_config() if lora else None,
-                             num_chunks=chunks)
+    factory = {
+        "saved": lambda: T.load_tiny(saved_model),
+        "peft_model": T.peft_model,
+        "memory": lambda: T.tiny_model(0),
+    }[kind]
+    trainers = R.build_sides(
+        ALGO, factory, config, str(tmp_path), peft_config=T.lora_config() if lora else None, num_chunks=chunks
+    )
     stock, patched = trainers.stock, trainers.patched
     assert T.head_file(stock).endswith("trl/trainer/utils.py")
     assert T.head_file(patched).endswith("slimrl/ops/logprob.py")

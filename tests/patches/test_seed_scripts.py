@@ -52,12 +52,14 @@ def test_grpo_seed_max_new_tokens_and_two_argument_reward(tiny_dir, tmp_path, un
     PatchFastRL("grpo", FastLanguageModel)
     from trl import GRPOConfig, GRPOTrainer
 
-    args = GRPOConfig(output_dir=str(tmp_path), max_new_tokens=6, per_device_train_batch_size=4, num_generations=4,
-                      **_small())
+    args = GRPOConfig(
+        output_dir=str(tmp_path), max_new_tokens=6, per_device_train_batch_size=4, num_generations=4, **_small()
+    )
     assert args.max_completion_length == 6
     assert "GRPOConfig(max_new_tokens=...) is TRL 1.16's max_completion_length" in caplog.text
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, train_dataset=_prompts(),
-                          processing_class=tokenizer)
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=[reward_fn], args=args, train_dataset=_prompts(), processing_class=tokenizer
+    )
     trainer.train()
     assert [h for h in trainer.state.log_history if "rewards/reward_fn/mean" in h], "the reward ran, under its name"
 
@@ -68,21 +70,32 @@ def test_dpo_seed_tokenizer_keyword(tiny_dir, tmp_path, unpatched, fresh_notices
     from trl import DPOConfig, DPOTrainer
 
     data = Dataset.from_dict({"prompt": T.PROMPTS[:4], "chosen": [" yes"] * 4, "rejected": [" no no"] * 4})
-    trainer = DPOTrainer(model=model, args=DPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2,
-                                                     **_small()), train_dataset=data, tokenizer=tokenizer)
+    trainer = DPOTrainer(
+        model=model,
+        args=DPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, **_small()),
+        train_dataset=data,
+        tokenizer=tokenizer,
+    )
     assert trainer.processing_class is tokenizer
     assert "DPOTrainer(tokenizer=...) is TRL 1.16's processing_class" in caplog.text
     trainer.train()
 
 
-def test_grpo_seed_batch_one_accumulation_four_eight_generations_no_processing_class(tiny_dir, tmp_path, unpatched,
-                                                                                     fresh_notices, caplog):
+def test_grpo_seed_batch_one_accumulation_four_eight_generations_no_processing_class(
+    tiny_dir, tmp_path, unpatched, fresh_notices, caplog
+):
     model, tokenizer = _lora_model(tiny_dir)
     PatchFastRL("grpo", FastLanguageModel)
     from trl import GRPOConfig, GRPOTrainer
 
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=1, gradient_accumulation_steps=4,
-                      num_generations=8, max_completion_length=4, **_small())
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=4,
+        num_generations=8,
+        max_completion_length=4,
+        **_small(),
+    )
     # the micro-batch and accumulation stay (per-step memory as configured); the generation batch holds 8
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (1, 4)
     assert (args.steps_per_generation, args.generation_batch_size) == (8, 8)
@@ -138,8 +151,12 @@ def test_tokenizer_is_accepted_by_every_patched_trainer(algorithm, tmp_path, unp
     PatchFastRL(algorithm)
     (config_cls, trainer_cls), kwargs = _trainer_kwargs(algorithm, tokenizer)
     model = H.tiny_reward_model() if algorithm == "reward" else T.tiny_model()
-    args = config_cls(output_dir=str(tmp_path), report_to="none", per_device_train_batch_size=2,
-                      **({"num_generations": 2} if algorithm in ("grpo", "rloo") else {}))
+    args = config_cls(
+        output_dir=str(tmp_path),
+        report_to="none",
+        per_device_train_batch_size=2,
+        **({"num_generations": 2} if algorithm in ("grpo", "rloo") else {}),
+    )
     trainer = trainer_cls(model=model, args=args, tokenizer=tokenizer, **kwargs)
     assert trainer.processing_class is tokenizer
     with pytest.raises(ValueError, match=r"both tokenizer=\w+ and processing_class=\w+: tokenizer is the older"):
@@ -164,27 +181,43 @@ def test_sft_max_seq_length_is_max_length(tmp_path, unpatched):
     assert SFTConfig(output_dir=str(tmp_path), max_seq_length=64).max_length == 64
 
 
-@pytest.mark.parametrize("algorithm, field, says", [
-    ("grpo", "max_prompt_length", "no longer truncate prompts"),
-    ("rloo", "max_prompt_length", "no longer truncate prompts"),
-    ("dpo", "max_prompt_length", "truncated together by max_length"),
-    ("kto", "max_prompt_length", "truncated together by max_length"),
-    ("orpo", "max_prompt_length", "truncated together by max_length"),
-])
+@pytest.mark.parametrize(
+    "algorithm, field, says",
+    [
+        ("grpo", "max_prompt_length", "no longer truncate prompts"),
+        ("rloo", "max_prompt_length", "no longer truncate prompts"),
+        ("dpo", "max_prompt_length", "truncated together by max_length"),
+        ("kto", "max_prompt_length", "truncated together by max_length"),
+        ("orpo", "max_prompt_length", "truncated together by max_length"),
+    ],
+)
 def test_removed_fields_say_what_replaced_them(algorithm, field, says, tmp_path, unpatched):
     import _orpo_cpo_parity as O
     import _pref_parity as H
     import _rl_parity as R
 
     PatchFastRL(algorithm)
-    config_cls = {**{a: R.trl_classes(a)[0] for a in ("grpo", "rloo")}, "dpo": H.trl_classes("dpo")[0],
-                  "kto": H.trl_classes("kto")[0], "orpo": O.trl_classes("orpo")[0]}[algorithm]
+    config_cls = {
+        **{a: R.trl_classes(a)[0] for a in ("grpo", "rloo")},
+        "dpo": H.trl_classes("dpo")[0],
+        "kto": H.trl_classes("kto")[0],
+        "orpo": O.trl_classes("orpo")[0],
+    }[algorithm]
     with pytest.raises(TypeError, match=rf"TRL 1.16 removed {field}\. .*{says}"):
         config_cls(output_dir=str(tmp_path), **{field: 128})
 
 
-@pytest.mark.parametrize("name, nearest", [("bco", "'kto'"), ("xpo", "'dpo'"), ("prm", "'reward'"),
-                                           ("nash_md", "'grpo'"), ("online_dpo", "'grpo'"), ("gkd", "'sft'")])
+@pytest.mark.parametrize(
+    "name, nearest",
+    [
+        ("bco", "'kto'"),
+        ("xpo", "'dpo'"),
+        ("prm", "'reward'"),
+        ("nash_md", "'grpo'"),
+        ("online_dpo", "'grpo'"),
+        ("gkd", "'sft'"),
+    ],
+)
 def test_algorithms_trl_removed_name_the_nearest(name, nearest, unpatched):
     with pytest.raises(ValueError, match=rf"{nearest}.*Supported: cpo, dpo, grpo"):
         PatchFastRL(name)
@@ -201,5 +234,6 @@ def test_reward_needing_a_missing_column_fails_before_training(tiny_dir, tmp_pat
 
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, **_small())
     with pytest.raises(ValueError, match=r"'correctness' requires the parameter 'solution'.*\['prompt'\]"):
-        GRPOTrainer(model=model, reward_funcs=[correctness], args=args, train_dataset=_prompts(),
-                    processing_class=tokenizer)
+        GRPOTrainer(
+            model=model, reward_funcs=[correctness], args=args, train_dataset=_prompts(), processing_class=tokenizer
+        )

@@ -22,16 +22,27 @@ CASES = {
     "text-lora": ("text", dict(**BS3), True, None),
     "text-full-ga2-chunks3": ("text", dict(**BS2_GA2), False, 3),
     "completion_only-lora-ga2": ("prompt_completion", dict(completion_only_loss=True, **BS2_GA2), True, 2),
-    "completion_only-dft-full": ("prompt_completion", dict(completion_only_loss=True, loss_type="dft", **BS3), False,
-                                 None),
+    "completion_only-dft-full": (
+        "prompt_completion",
+        dict(completion_only_loss=True, loss_type="dft", **BS3),
+        False,
+        None,
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_sft_matches_stock(case, tmp_path, unpatched):
     kind, config, lora, chunks = CASES[case]
-    trainers = H.build_sides(ALGO, lambda: T.tiny_model(0), config, str(tmp_path),
-                             peft_config=T.lora_config() if lora else None, num_chunks=chunks, data_kind=kind)
+    trainers = H.build_sides(
+        ALGO,
+        lambda: T.tiny_model(0),
+        config,
+        str(tmp_path),
+        peft_config=T.lora_config() if lora else None,
+        num_chunks=chunks,
+        data_kind=kind,
+    )
     assert H.head_file(trainers.stock).endswith(H.STOCK_HEAD) and H.head_file(trainers.patched).endswith(H.SLIMRL_HEAD)
     traces = H.run_sides(ALGO, trainers)
     H.assert_traces_match(traces)
@@ -50,8 +61,14 @@ def test_offload_checkpointing_full_ft_matches_stock(tmp_path, unpatched):
     from slimrl.models.checkpointing import apply_checkpointing, is_checkpointing_active
 
     config = dict(gradient_checkpointing=True, **BS3)
-    trainers = H.build_sides(ALGO, lambda: T.tiny_model(0), config, str(tmp_path), num_chunks=2,
-                             patched_model_setup=lambda m: apply_checkpointing(m, "offload"))
+    trainers = H.build_sides(
+        ALGO,
+        lambda: T.tiny_model(0),
+        config,
+        str(tmp_path),
+        num_chunks=2,
+        patched_model_setup=lambda m: apply_checkpointing(m, "offload"),
+    )
     stock, patched = trainers.stock, trainers.patched
     H.assert_traces_match(H.run_sides(ALGO, trainers))
     assert model_state(patched.model).offload_stats.tensors_seen > 0

@@ -36,8 +36,15 @@ def _factory(kind, saved_model):
 
 
 def _run(algorithm, tmp_path, kind, saved_model, config, lora, chunks=None, checkpointing=None):
-    trainers = R.build_sides(algorithm, _factory(kind, saved_model), config, str(tmp_path),
-                             peft_config=T.lora_config() if lora else None, num_chunks=chunks, patched_config=SHARE)
+    trainers = R.build_sides(
+        algorithm,
+        _factory(kind, saved_model),
+        config,
+        str(tmp_path),
+        peft_config=T.lora_config() if lora else None,
+        num_chunks=chunks,
+        patched_config=SHARE,
+    )
     if checkpointing is not None:  # transformers' own checkpointing on TRL's sides, slimrl's mode on the patched one
         from slimrl.models.checkpointing import apply_checkpointing, is_checkpointing_active
 
@@ -62,8 +69,15 @@ LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vesp
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_grpo_loss_types_shared(tmp_path, unpatched, saved_model, loss_type):
     level = "sequence" if loss_type in ("luspo", "grpo") else "token"  # LUSPO requires it; GRPO covers GSPO
-    config = dict(loss_type=loss_type, importance_sampling_level=level, beta=0.04, num_iterations=2,
-                  per_device_train_batch_size=4, num_generations=2, max_completion_length=7)
+    config = dict(
+        loss_type=loss_type,
+        importance_sampling_level=level,
+        beta=0.04,
+        num_iterations=2,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=7,
+    )
     trainers, traces, stats = _run("grpo", tmp_path, "memory", saved_model, config, lora=True, chunks=3)
     assert all("old_per_token_logps" in x and "ref_per_token_logps" in x for x in traces.stock.inputs)
     assert max(trainers.stock._metrics["train"]["kl"]) > 0
@@ -73,22 +87,71 @@ def test_grpo_loss_types_shared(tmp_path, unpatched, saved_model, loss_type):
 TARGETED = {
     # full fine-tuning, reference reloaded from disk, old log-probs (steps_per_generation 2 > accumulation 1):
     # micro-batches of 3 drawn from a shuffled 2 x 3 generation batch
-    "full-ref-spg2": ("saved", False, None, None, dict(
-        loss_type="dapo", beta=0.04, steps_per_generation=2, per_device_train_batch_size=3, num_generations=3,
-        max_completion_length=7)),
+    "full-ref-spg2": (
+        "saved",
+        False,
+        None,
+        None,
+        dict(
+            loss_type="dapo",
+            beta=0.04,
+            steps_per_generation=2,
+            per_device_train_batch_size=3,
+            num_generations=3,
+            max_completion_length=7,
+        ),
+    ),
     # no reference, accumulation with shuffled micro-batches, entropy bonus (gradient through entropies)
-    "lora-beta0-ga2-entropybonus": ("memory", True, -1, None, dict(
-        loss_type="dr_grpo", beta=0.0, entropy_coef=0.01, gradient_accumulation_steps=2, num_iterations=2,
-        per_device_train_batch_size=3, num_generations=3, max_completion_length=5)),
+    "lora-beta0-ga2-entropybonus": (
+        "memory",
+        True,
+        -1,
+        None,
+        dict(
+            loss_type="dr_grpo",
+            beta=0.0,
+            entropy_coef=0.01,
+            gradient_accumulation_steps=2,
+            num_iterations=2,
+            per_device_train_batch_size=3,
+            num_generations=3,
+            max_completion_length=5,
+        ),
+    ),
     # user-wrapped PeftModel (frozen "ref" adapter), checkpointing on
-    "peftmodel-refadapter-checkpointing": ("peft_model", False, 1, True, dict(
-        loss_type="bnpo", beta=0.04, gradient_checkpointing=True, num_iterations=2, per_device_train_batch_size=4,
-        num_generations=4, max_completion_length=6)),
+    "peftmodel-refadapter-checkpointing": (
+        "peft_model",
+        False,
+        1,
+        True,
+        dict(
+            loss_type="bnpo",
+            beta=0.04,
+            gradient_checkpointing=True,
+            num_iterations=2,
+            per_device_train_batch_size=4,
+            num_generations=4,
+            max_completion_length=6,
+        ),
+    ),
     # full fine-tuning with offloaded checkpointing, sequence ratios, truncated completions masked
-    "full-offload-seq-masktrunc": ("memory", False, 3, "offload", dict(
-        loss_type="grpo", importance_sampling_level="sequence", beta=0.0, num_iterations=2,
-        gradient_checkpointing=True, mask_truncated_completions=True, per_device_train_batch_size=6, num_generations=3,
-        max_completion_length=6)),
+    "full-offload-seq-masktrunc": (
+        "memory",
+        False,
+        3,
+        "offload",
+        dict(
+            loss_type="grpo",
+            importance_sampling_level="sequence",
+            beta=0.0,
+            num_iterations=2,
+            gradient_checkpointing=True,
+            mask_truncated_completions=True,
+            per_device_train_batch_size=6,
+            num_generations=3,
+            max_completion_length=6,
+        ),
+    ),
 }
 
 
@@ -103,8 +166,11 @@ RLOO_CASES = {
     # full fine-tuning, reloaded reference, num_iterations 2, micro-batches of 3 from a shuffled 2 x 3 generation
     # batch: the old-policy forward packs other rows than the policy forward, so the first micro-step's ratio is not
     # exactly 1 as in stock (README.md, shared prefix, "Same numbers")
-    "full-ref-ga2-iter2": ("saved", False, dict(num_iterations=2, gradient_accumulation_steps=2,
-                                                per_device_train_batch_size=3, num_generations=3)),
+    "full-ref-ga2-iter2": (
+        "saved",
+        False,
+        dict(num_iterations=2, gradient_accumulation_steps=2, per_device_train_batch_size=3, num_generations=3),
+    ),
 }
 
 
@@ -169,8 +235,9 @@ def test_direct_calls_chunks_and_no_repeat_fallback(tmp_path, unpatched, caplog)
         a, b = [5, 6, 7, 8, 9, 10], [11, 12, 13]
         ids, mask = _rows([a, a, b, a, b, b])
         with caplog.at_level(logging.INFO, logger="slimrl"), torch.no_grad():
-            got = _check_against_trl("chunked", patched, original, trainer, ids, mask, 5, batch_size=3,
-                                     compute_entropy=True)
+            got = _check_against_trl(
+                "chunked", patched, original, trainer, ids, mask, 5, batch_size=3, compute_entropy=True
+            )
             stats = SP.shared_prefix_stats(trainer)
             assert stats.shared_calls == 2 and got[2] is None
             distinct, distinct_mask = _rows([a, b, [4, 5]])
@@ -189,12 +256,20 @@ def test_model_problems_name_the_reason():
     assert rules.model_problem(llama, {}, 50, True) is None
     assert "multimodal" in rules.model_problem(llama, {"pixel_values": torch.zeros(1)}, 50, True)
     assert "aux loss" in rules.model_problem(llama, {"compute_aux_loss": True}, 50, True)
-    gpt2 = AutoModelForCausalLM.from_config(AutoConfig.for_model("gpt2", vocab_size=64, n_embd=16, n_layer=1,
-                                                                 n_head=2))
+    gpt2 = AutoModelForCausalLM.from_config(AutoConfig.for_model("gpt2", vocab_size=64, n_embd=16, n_layer=1, n_head=2))
     assert "not verified" in rules.model_problem(gpt2, {}, 50, True)
-    mistral = AutoModelForCausalLM.from_config(AutoConfig.for_model(
-        "mistral", vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, sliding_window=32))
+    mistral = AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(
+            "mistral",
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            sliding_window=32,
+        )
+    )
     assert rules.model_problem(mistral, {}, 32, True) is None
     assert "sliding window" in rules.model_problem(mistral, {}, 33, True)
     llama.config._attn_implementation = "flash_attention_2"
@@ -208,8 +283,12 @@ def test_model_problems_name_the_reason():
 def test_auto_falls_back_under_dropout_and_matches_stock(tmp_path, unpatched, caplog):
     """'auto' with active dropout: TRL's path (same numbers as stock), the reason logged once."""
     with caplog.at_level(logging.INFO, logger="slimrl"):
-        trainers = R.build_sides("grpo", lambda: T.tiny_model(0, attention_dropout=0.3),
-                                 dict(beta=0.0, disable_dropout=False, num_iterations=2), str(tmp_path))
+        trainers = R.build_sides(
+            "grpo",
+            lambda: T.tiny_model(0, attention_dropout=0.3),
+            dict(beta=0.0, disable_dropout=False, num_iterations=2),
+            str(tmp_path),
+        )
         R.assert_traces_match(R.run_sides("grpo", trainers))
     stats = SP.shared_prefix_stats(trainers.patched)
     assert stats.shared_calls == 0 and stats.fallback_calls >= 3

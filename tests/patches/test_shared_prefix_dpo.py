@@ -24,16 +24,24 @@ CASES = {
     "sigmoid-lora": (dict(loss_type=["sigmoid"], **BS3), True),
     "ipo-full-ga2": (dict(loss_type=["ipo"], per_device_train_batch_size=2, gradient_accumulation_steps=2), False),
     "wpo-lora-checkpointing": (dict(use_weighting=True, gradient_checkpointing=True, **BS3), True),
-    "ld-alpha-sigmoid+sft-full": (dict(ld_alpha=0.5, loss_type=["sigmoid", "sft"], loss_weights=[1.0, 0.5], **BS3),
-                                  False),
+    "ld-alpha-sigmoid+sft-full": (
+        dict(ld_alpha=0.5, loss_type=["sigmoid", "sft"], loss_weights=[1.0, 0.5], **BS3),
+        False,
+    ),
     "precompute-lora": (dict(precompute_ref_log_probs=True, **BS3), True),
 }
 
 
 def _sides(tmp_path, saved_model, config, lora):
     factory = (lambda: T.tiny_model(0)) if lora else (lambda: T.load_tiny(saved_model))
-    return H.build_sides(ALGO, factory, config, str(tmp_path), peft_config=T.lora_config() if lora else None,
-                         patched_config={rules.CONFIG_FIELD: True})
+    return H.build_sides(
+        ALGO,
+        factory,
+        config,
+        str(tmp_path),
+        peft_config=T.lora_config() if lora else None,
+        patched_config={rules.CONFIG_FIELD: True},
+    )
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -69,8 +77,9 @@ def test_dpo_config_field(tmp_path, unpatched):
             H.make_config(ALGO, str(tmp_path), slimrl_shared_prefix=1)
 
 
-@pytest.mark.parametrize("algorithm, config_path", [
-    ("kto", "trl.KTOConfig"), ("sft", "trl.SFTConfig"), ("reward", "trl.RewardConfig")])
+@pytest.mark.parametrize(
+    "algorithm, config_path", [("kto", "trl.KTOConfig"), ("sft", "trl.SFTConfig"), ("reward", "trl.RewardConfig")]
+)
 def test_other_offline_configs_refuse_the_field(tmp_path, unpatched, algorithm, config_path):
     """Only the families that use it declare the field: elsewhere it is an unknown keyword, as TRL refuses any."""
     with P.patched_state(algorithm):

@@ -24,14 +24,24 @@ CASES = {  # (algorithm, LoRA, config of every side, patched side's extra config
     "orpo-full-ga2": ("orpo", False, dict(gradient_accumulation_steps=2, per_device_train_batch_size=2), {}),
     "orpo-lora-checkpointing": ("orpo", True, dict(beta=0.3, gradient_checkpointing=True), {}),
     "cpo-sigmoid-lora": ("cpo", True, dict(loss_type="sigmoid", label_smoothing=0.1), {}),
-    "cpo-simpo-lora-chunks": ("cpo", True, dict(loss_type="simpo", cpo_alpha=0.5, simpo_gamma=0.3),
-                              dict(slimrl_num_chunks=3)),
+    "cpo-simpo-lora-chunks": (
+        "cpo",
+        True,
+        dict(loss_type="simpo", cpo_alpha=0.5, simpo_gamma=0.3),
+        dict(slimrl_num_chunks=3),
+    ),
 }
 
 
 def _sides(algorithm, tmp_path, config, lora, factory=lambda: T.tiny_model(0), patched=None):
-    return H.build_sides(algorithm, factory, config, str(tmp_path), H.lora_config() if lora else None,
-                         patched_config={**FORCED, **(patched or {})})
+    return H.build_sides(
+        algorithm,
+        factory,
+        config,
+        str(tmp_path),
+        H.lora_config() if lora else None,
+        patched_config={**FORCED, **(patched or {})},
+    )
 
 
 @pytest.mark.parametrize("case", list(CASES))

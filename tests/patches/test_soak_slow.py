@@ -31,11 +31,25 @@ def test_200_steps_with_a_flaky_reward(tmp_path, unpatched):
         return rewards
 
     PatchFastRL("grpo")
-    args = R.make_config("grpo", str(tmp_path), max_steps=STEPS, per_device_train_batch_size=8, num_generations=4,
-                         max_completion_length=8, logging_steps=1, slimrl_reward_errors="skip", learning_rate=1e-3)
-    trainer = R.trl_classes("grpo")[1](model=T.tiny_model(), reward_funcs=[flaky_length], args=args,
-                                       train_dataset=R.dataset(64), processing_class=T.tokenizer(),
-                                       peft_config=T.lora_config())
+    args = R.make_config(
+        "grpo",
+        str(tmp_path),
+        max_steps=STEPS,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        logging_steps=1,
+        slimrl_reward_errors="skip",
+        learning_rate=1e-3,
+    )
+    trainer = R.trl_classes("grpo")[1](
+        model=T.tiny_model(),
+        reward_funcs=[flaky_length],
+        args=args,
+        train_dataset=R.dataset(64),
+        processing_class=T.tokenizer(),
+        peft_config=T.lora_config(),
+    )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "peak_memory_gb" in h]
     assert trainer.state.global_step == STEPS and len(logs) == STEPS

@@ -35,9 +35,6 @@ FLOAT64_GEOMETRY_RTOL = 1e-9
 GEOMETRIES = ((4, 1), (1, 4))
 
 
-
-
-
 def _snapshot(model):
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
@@ -74,15 +71,23 @@ class _GradientAtOptimizerStep(TrainerCallback):
 
 def _train(algorithm, loss_type, batch, accumulation, side, output_dir):
     """One optimizer step through `train()`; returns (logged loss, step gradient of every trainable)."""
-    config = dict(max_steps=1, learning_rate=1e-2, beta=0.04, per_device_train_batch_size=batch,
-                  gradient_accumulation_steps=accumulation, num_generations=2, max_completion_length=7)
+    config = dict(
+        max_steps=1,
+        learning_rate=1e-2,
+        beta=0.04,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=accumulation,
+        num_generations=2,
+        max_completion_length=7,
+    )
     if algorithm == "grpo":
         config["loss_type"] = loss_type
         config["importance_sampling_level"] = "sequence" if loss_type == "luspo" else "token"
     with P.side_state(side, algorithm):
         args = R.make_config(algorithm, output_dir, **R.side_config(side, config, num_chunks=3))
-        trainer = P.finish_side(side, R.build_trainer(algorithm, P.side_model(side, lambda: T.tiny_model(0)), args,
-                                                      T.lora_config()))
+        trainer = P.finish_side(
+            side, R.build_trainer(algorithm, P.side_model(side, lambda: T.tiny_model(0)), args, T.lora_config())
+        )
         probe = _GradientAtOptimizerStep()
         trainer.add_callback(probe)
         trainer.micro_losses = []
@@ -100,8 +105,15 @@ def _logged_loss_bound(*runs) -> float:
 
 def _all_runs(algorithm, loss_type, tmp_path):
     """{geometry: Sides of (logged loss, step gradients, trainer)} for both geometries."""
-    return {geo: P.Sides(*(_train(algorithm, loss_type, *geo, side, str(tmp_path / f"{side}-{geo[0]}x{geo[1]}"))
-                           for side in P.Sides._fields)) for geo in GEOMETRIES}
+    return {
+        geo: P.Sides(
+            *(
+                _train(algorithm, loss_type, *geo, side, str(tmp_path / f"{side}-{geo[0]}x{geo[1]}"))
+                for side in P.Sides._fields
+            )
+        )
+        for geo in GEOMETRIES
+    }
 
 
 def _float64_difference(a, b) -> tuple[float, float]:

@@ -23,8 +23,13 @@ def grpo():
 
 
 def _cfg(GRPOConfig, tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, report_to="none",
-                max_completion_length=8)
+    base = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        report_to="none",
+        max_completion_length=8,
+    )
     base.update(kw)
     return GRPOConfig(**base)
 
@@ -133,8 +138,13 @@ def _reward(completions, **kwargs):
 
 
 def _trainer(GRPOConfig, GRPOTrainer, tmp_path, model, dataset, **cfg):
-    return GRPOTrainer(model=model, reward_funcs=_reward, args=_cfg(GRPOConfig, tmp_path, **cfg),
-                       train_dataset=dataset, processing_class=tiny_tokenizer())
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=_reward,
+        args=_cfg(GRPOConfig, tmp_path, **cfg),
+        train_dataset=dataset,
+        processing_class=tiny_tokenizer(),
+    )
 
 
 def test_trainer_rejects_flags_contradicting_weights(grpo, tmp_path):

@@ -24,11 +24,26 @@ class _Config:
 
 
 def test_scalar_sampling_fields_reach_vllm_and_shared_ones_go_to_the_config():
-    args = _Config(vllm_sampling_params={"min_p": 0.1, "top_k": -1, "stop": ["</answer>"], "temperature": 0.7,
-                                         "n": 1, "max_tokens": 64, "seed": 3})
+    args = _Config(
+        vllm_sampling_params={
+            "min_p": 0.1,
+            "top_k": -1,
+            "stop": ["</answer>"],
+            "temperature": 0.7,
+            "n": 1,
+            "max_tokens": 64,
+            "seed": 3,
+        }
+    )
     overrides = apply_sampling_params(args)
-    assert overrides == {"min_p": 0.1, "top_k": -1, "stop": ["</answer>"], "temperature": 0.7, "max_tokens": 64,
-                         "seed": 3}
+    assert overrides == {
+        "min_p": 0.1,
+        "top_k": -1,
+        "stop": ["</answer>"],
+        "temperature": 0.7,
+        "max_tokens": 64,
+        "seed": 3,
+    }
     # the loss must see the sampler the completions came from
     assert (args.min_p, args.temperature, args.max_completion_length, args.top_k) == (0.1, 0.7, 64, 0)
 

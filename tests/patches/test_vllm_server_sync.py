@@ -107,8 +107,10 @@ def test_sync_writes_the_adapter_loads_it_and_retires_the_previous(tmp_path):
             if p.requires_grad:
                 p.add_(0.01)
     generation.sync_weights()
-    assert client.calls[1:] == [("load_lora_adapter", "slimrl-r-step-2", str(tmp_path / "slimrl-r-step-2")),
-                                ("unload_lora_adapter", "slimrl-r-step-1", None)]
+    assert client.calls[1:] == [
+        ("load_lora_adapter", "slimrl-r-step-2", str(tmp_path / "slimrl-r-step-2")),
+        ("unload_lora_adapter", "slimrl-r-step-1", None),
+    ]
     assert client.model == "slimrl-r-step-2" and client.resets == 2 and not first.exists()
     loaded = PeftModel.from_pretrained(T.tiny_model(0), str(tmp_path / "slimrl-r-step-2"))
     trained = {n: p for n, p in model.named_parameters() if p.requires_grad}

@@ -61,8 +61,9 @@ def main(spec: dict) -> dict:
 
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     if spec.get("lora"):
-        model = FastLanguageModel.get_peft_model(model, use_gradient_checkpointing=spec.get("checkpointing", False),
-                                                 **spec["lora"])
+        model = FastLanguageModel.get_peft_model(
+            model, use_gradient_checkpointing=spec.get("checkpointing", False), **spec["lora"]
+        )
     peaks = []
 
     class StepPeak(TrainerCallback):
@@ -72,22 +73,39 @@ def main(spec: dict) -> dict:
         def on_step_end(self, args, state, control, **kwargs):
             peaks.append(peak_memory_bytes("cpu"))
 
-    common = dict(output_dir=spec["output_dir"], max_steps=spec.get("steps", 3), logging_steps=1, report_to=[],
-                  save_strategy="no", use_cpu=True, bf16=False, learning_rate=1e-4, seed=0,
-                  gradient_checkpointing=bool(spec.get("checkpointing", False)), disable_tqdm=True)
+    common = dict(
+        output_dir=spec["output_dir"],
+        max_steps=spec.get("steps", 3),
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        learning_rate=1e-4,
+        seed=0,
+        gradient_checkpointing=bool(spec.get("checkpointing", False)),
+        disable_tqdm=True,
+    )
     common.update(spec.get("config", {}))
     if algorithm == "grpo":
         from trl import GRPOConfig, GRPOTrainer
 
         args = GRPOConfig(max_completion_length=spec["completion_length"], **common)
-        trainer = GRPOTrainer(model=model, reward_funcs=_reward, args=args, train_dataset=_dataset(spec),
-                              processing_class=tokenizer, callbacks=[StepPeak()])
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=_reward,
+            args=args,
+            train_dataset=_dataset(spec),
+            processing_class=tokenizer,
+            callbacks=[StepPeak()],
+        )
     else:
         from trl import DPOConfig, DPOTrainer
 
         args = DPOConfig(max_length=spec["prompt_length"] + spec["completion_length"], **common)
-        trainer = DPOTrainer(model=model, args=args, train_dataset=_dataset(spec), processing_class=tokenizer,
-                             callbacks=[StepPeak()])
+        trainer = DPOTrainer(
+            model=model, args=args, train_dataset=_dataset(spec), processing_class=tokenizer, callbacks=[StepPeak()]
+        )
     before = _rss()
     trainer.train()
     steady = peaks[1:] or peaks
@@ -99,18 +117,31 @@ def plan_for(spec: dict, **kwargs):
     from slimrl.planning import plan
     from slimrl.testing import tiny_llama_config
 
-    fields = dict(per_device_train_batch_size=8, gradient_accumulation_steps=1, bf16=False,
-                  gradient_checkpointing=bool(spec.get("checkpointing", False)))
+    fields = dict(
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=1,
+        bf16=False,
+        gradient_checkpointing=bool(spec.get("checkpointing", False)),
+    )
     fields.update(spec.get("config", {}))
     if spec["algorithm"] == "grpo":
         fields["max_completion_length"] = spec["completion_length"]
     else:
         fields["max_length"] = spec["prompt_length"] + spec["completion_length"]
     lora = spec.get("lora")
-    return plan(tiny_llama_config(**spec["model"]), fields, spec["algorithm"], prompt_length=spec["prompt_length"],
-                lora_r=lora["r"] if lora else None, lora_target_modules=(lora or {}).get("target_modules"),
-                full_finetuning=not lora, dtype=spec.get("dtype", "float32"), device="cpu",
-                use_gradient_checkpointing=spec.get("checkpointing", False), **kwargs)
+    return plan(
+        tiny_llama_config(**spec["model"]),
+        fields,
+        spec["algorithm"],
+        prompt_length=spec["prompt_length"],
+        lora_r=lora["r"] if lora else None,
+        lora_target_modules=(lora or {}).get("target_modules"),
+        full_finetuning=not lora,
+        dtype=spec.get("dtype", "float32"),
+        device="cpu",
+        use_gradient_checkpointing=spec.get("checkpointing", False),
+        **kwargs,
+    )
 
 
 def measure(spec: dict, timeout: int = 1800) -> dict:
@@ -120,8 +151,9 @@ def measure(spec: dict, timeout: int = 1800) -> dict:
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
     path = os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": path}
-    out = subprocess.run([sys.executable, __file__, json.dumps(spec)], capture_output=True, text=True, env=env,
-                         timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, __file__, json.dumps(spec)], capture_output=True, text=True, env=env, timeout=timeout
+    )
     if out.returncode != 0:
         raise RuntimeError(f"measurement failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -77,13 +77,25 @@ def test_kv_cache_formula_is_the_dynamic_cache():
     rows, prompt, new = 6, 10, 7
     ids = torch.randint(5, 900, (rows, prompt))
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
-                             do_sample=False, return_dict_in_generate=True)
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new,
+            min_new_tokens=new,
+            do_sample=False,
+            return_dict_in_generate=True,
+        )
     cache = sum(layer.keys.nbytes + layer.values.nbytes for layer in out.past_key_values.layers)
     shape = model_shape(tiny_llama_config(**SHAPE))
     # the last sampled token is never fed back, so the cache holds T - 1 positions
-    run = run_shape("grpo", {"max_completion_length": new - 1}, prompt_length=prompt, lora=False,
-                    per_device_train_batch_size=rows, steps_per_generation=1)
+    run = run_shape(
+        "grpo",
+        {"max_completion_length": new - 1},
+        prompt_length=prompt,
+        lora=False,
+        per_device_train_batch_size=rows,
+        steps_per_generation=1,
+    )
     layer = 2 * shape.num_kv_heads * shape.head_dim * rows * (prompt + new - 1) * 4
     assert T.kv_cache(shape, run).bytes - layer == cache
 
@@ -99,10 +111,17 @@ def test_head_rows_follow_the_chunk_knob():
 
 
 def test_cpu_keeps_the_heap_of_an_earlier_phase_and_cuda_does_not():
-    config = tiny_llama_config(vocab_size=8192, hidden_size=256, intermediate_size=512, num_layers=8, num_heads=4,
-                               num_kv_heads=4)  # test_plan_accuracy's "kv" run: 0.5 GiB of cache in <32 MiB blocks
-    fields = dict(per_device_train_batch_size=8, gradient_accumulation_steps=8, steps_per_generation=8,
-                  max_completion_length=448, gradient_checkpointing=True, bf16=False)
+    config = tiny_llama_config(
+        vocab_size=8192, hidden_size=256, intermediate_size=512, num_layers=8, num_heads=4, num_kv_heads=4
+    )  # test_plan_accuracy's "kv" run: 0.5 GiB of cache in <32 MiB blocks
+    fields = dict(
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=8,
+        steps_per_generation=8,
+        max_completion_length=448,
+        gradient_checkpointing=True,
+        bf16=False,
+    )
     cpu = plan(config, fields, "grpo", prompt_length=64, dtype="float32", device="cpu", device_memory_gb=64)
     cuda = plan(config, fields, "grpo", prompt_length=64, dtype="float32", device="cuda", device_memory_gb=64)
     assert cpu.heap_phase == "rollout" and cpu.peak_phase != "rollout" and cpu.carried_heap > 0
@@ -118,13 +137,39 @@ def test_config_object_dict_and_keywords_agree_and_fits_follows_the_device(tmp_p
     from trl import GRPOConfig
 
     config = tiny_llama_config(**SHAPE)
-    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, max_completion_length=32,
-                      per_device_train_batch_size=4, num_generations=4)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        max_completion_length=32,
+        per_device_train_batch_size=4,
+        num_generations=4,
+    )
     by_object = plan(config, args, prompt_length=16, device="cpu", device_memory_gb=8)
-    by_dict = plan(config, {"max_completion_length": 32, "per_device_train_batch_size": 4, "num_generations": 4,
-                            "gradient_checkpointing": True}, "grpo", prompt_length=16, device="cpu", device_memory_gb=8)
-    by_keywords = plan(config, None, "grpo", prompt_length=16, device="cpu", device_memory_gb=8,
-                       max_completion_length=32, per_device_train_batch_size=4, num_generations=4)
+    by_dict = plan(
+        config,
+        {
+            "max_completion_length": 32,
+            "per_device_train_batch_size": 4,
+            "num_generations": 4,
+            "gradient_checkpointing": True,
+        },
+        "grpo",
+        prompt_length=16,
+        device="cpu",
+        device_memory_gb=8,
+    )
+    by_keywords = plan(
+        config,
+        None,
+        "grpo",
+        prompt_length=16,
+        device="cpu",
+        device_memory_gb=8,
+        max_completion_length=32,
+        per_device_train_batch_size=4,
+        num_generations=4,
+    )
     assert by_object.peak_bytes == by_dict.peak_bytes == by_keywords.peak_bytes and by_object.fits
     tight = plan(config, args, prompt_length=16, device="cpu", device_memory_gb=0.5)
     assert not tight.fits and "does NOT fit" in str(tight)
@@ -134,8 +179,19 @@ def test_config_object_dict_and_keywords_agree_and_fits_follows_the_device(tmp_p
 
 def test_suggestions_lower_the_peak_and_name_the_knobs():
     config = tiny_llama_config(**{**SHAPE, "vocab_size": 128000})
-    p = plan(config, {"max_completion_length": 512, "per_device_train_batch_size": 8, "gradient_checkpointing": False,
-                      "slimrl_num_chunks": 1}, "grpo", prompt_length=64, device="cpu", device_memory_gb=1.5)
+    p = plan(
+        config,
+        {
+            "max_completion_length": 512,
+            "per_device_train_batch_size": 8,
+            "gradient_checkpointing": False,
+            "slimrl_num_chunks": 1,
+        },
+        "grpo",
+        prompt_length=64,
+        device="cpu",
+        device_memory_gb=1.5,
+    )
     options = dict(suggestions(p))
     assert options and all(q.peak_bytes < p.peak_bytes for q in options.values())
     assert any(k.startswith("slimrl_num_chunks=") for k in options)
@@ -147,8 +203,20 @@ def test_plan_command_exit_status_says_whether_it_fits(tmp_path, capsys):
     from slimrl.cli import main
 
     model_dir = save_tiny_model(tmp_path / "tiny")
-    argv = ["plan", "grpo", "--model_name_or_path", model_dir, "--bf16", "False", "--prompt_length", "32",
-            "--dtype", "float32", "--device", "cpu"]
+    argv = [
+        "plan",
+        "grpo",
+        "--model_name_or_path",
+        model_dir,
+        "--bf16",
+        "False",
+        "--prompt_length",
+        "32",
+        "--dtype",
+        "float32",
+        "--device",
+        "cpu",
+    ]
     assert main([*argv, "--device_memory_gb", "64"]) == 0
     out = capsys.readouterr().out
     assert "GRPO step on" in out and "peak" in out and "fits" in out

@@ -17,21 +17,58 @@ import _measure_step as M
 
 TOLERANCE = 0.25
 CONFIGS = {
-    "head": {"algorithm": "grpo", "model": {"vocab_size": 128256, "hidden_size": 128, "num_layers": 2,
-                                            "num_heads": 4, "num_kv_heads": 2},
-             "lora": {"r": 16}, "prompt_length": 32, "completion_length": 128, "steps": 3,
-             "config": {"per_device_train_batch_size": 8, "num_generations": 8, "gradient_accumulation_steps": 1,
-                        "slimrl_num_chunks": 1}},
-    "weights": {"algorithm": "dpo", "model": {"vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1536,
-                                              "num_layers": 8, "num_heads": 8, "num_kv_heads": 8},
-                "lora": None, "prompt_length": 64, "completion_length": 64, "steps": 3,
-                "config": {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 1}},
-    "kv": {"algorithm": "grpo", "checkpointing": True,
-           "model": {"vocab_size": 8192, "hidden_size": 256, "intermediate_size": 512, "num_layers": 8,
-                     "num_heads": 4, "num_kv_heads": 4},
-           "lora": {"r": 16}, "prompt_length": 64, "completion_length": 448, "steps": 1,
-           "config": {"per_device_train_batch_size": 8, "num_generations": 8, "gradient_accumulation_steps": 8,
-                      "steps_per_generation": 8}},
+    "head": {
+        "algorithm": "grpo",
+        "model": {"vocab_size": 128256, "hidden_size": 128, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2},
+        "lora": {"r": 16},
+        "prompt_length": 32,
+        "completion_length": 128,
+        "steps": 3,
+        "config": {
+            "per_device_train_batch_size": 8,
+            "num_generations": 8,
+            "gradient_accumulation_steps": 1,
+            "slimrl_num_chunks": 1,
+        },
+    },
+    "weights": {
+        "algorithm": "dpo",
+        "model": {
+            "vocab_size": 32000,
+            "hidden_size": 512,
+            "intermediate_size": 1536,
+            "num_layers": 8,
+            "num_heads": 8,
+            "num_kv_heads": 8,
+        },
+        "lora": None,
+        "prompt_length": 64,
+        "completion_length": 64,
+        "steps": 3,
+        "config": {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 1},
+    },
+    "kv": {
+        "algorithm": "grpo",
+        "checkpointing": True,
+        "model": {
+            "vocab_size": 8192,
+            "hidden_size": 256,
+            "intermediate_size": 512,
+            "num_layers": 8,
+            "num_heads": 4,
+            "num_kv_heads": 4,
+        },
+        "lora": {"r": 16},
+        "prompt_length": 64,
+        "completion_length": 448,
+        "steps": 1,
+        "config": {
+            "per_device_train_batch_size": 8,
+            "num_generations": 8,
+            "gradient_accumulation_steps": 8,
+            "steps_per_generation": 8,
+        },
+    },
 }
 DOMINANT = {"head": "log-prob head (forward)", "weights": None, "kv": "KV cache"}
 

@@ -29,8 +29,9 @@ def tokenizer():
 def prompts(n: int = 64):
     from datasets import Dataset
 
-    return Dataset.from_dict({"prompt": [f"what is {i} plus {i % 7}" for i in range(n)],
-                              "answer": [i + i % 7 for i in range(n)]})
+    return Dataset.from_dict(
+        {"prompt": [f"what is {i} plus {i % 7}" for i in range(n)], "answer": [i + i % 7 for i in range(n)]}
+    )
 
 
 def low_id_reward(completion_ids, **kwargs):
@@ -46,10 +47,23 @@ def lora_config(r: int = 8):
 def ppo_config(output_dir, **overrides):
     from slimrl.ppo import PPOConfig
 
-    settings = {"output_dir": str(output_dir), "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
-                "num_ppo_epochs": 2, "response_length": 4, "max_steps": 2, "logging_steps": 1, "report_to": [],
-                "learning_rate": 1e-2, "lr_scheduler_type": "constant", "save_strategy": "no", "temperature": 1.0,
-                "seed": 0, "disable_tqdm": True, "gradient_checkpointing": False}
+    settings = {
+        "output_dir": str(output_dir),
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 1,
+        "num_ppo_epochs": 2,
+        "response_length": 4,
+        "max_steps": 2,
+        "logging_steps": 1,
+        "report_to": [],
+        "learning_rate": 1e-2,
+        "lr_scheduler_type": "constant",
+        "save_strategy": "no",
+        "temperature": 1.0,
+        "seed": 0,
+        "disable_tqdm": True,
+        "gradient_checkpointing": False,
+    }
     settings.update(overrides)
     return PPOConfig(**settings)
 
@@ -57,9 +71,14 @@ def ppo_config(output_dir, **overrides):
 def lora_trainer(output_dir, model=None, reward=low_id_reward, **overrides):
     from slimrl.ppo import PPOTrainer
 
-    return PPOTrainer(args=ppo_config(output_dir, **overrides), processing_class=tokenizer(),
-                      model=model if model is not None else tiny_policy(), reward_model=reward,
-                      train_dataset=prompts(), peft_config=lora_config())
+    return PPOTrainer(
+        args=ppo_config(output_dir, **overrides),
+        processing_class=tokenizer(),
+        model=model if model is not None else tiny_policy(),
+        reward_model=reward,
+        train_dataset=prompts(),
+        peft_config=lora_config(),
+    )
 
 
 def logged(trainer, key: str) -> list[float]:

@@ -55,8 +55,9 @@ def test_masked_whiten_has_zero_mean_unit_variance_on_real_tokens_and_zero_elsew
 
 def _direct_policy_loss(new, old, adv, mask, eps):
     terms = []
-    for n, o, a, m in zip(new.flatten().tolist(), old.flatten().tolist(), adv.flatten().tolist(),
-                          mask.flatten().tolist()):
+    for n, o, a, m in zip(
+        new.flatten().tolist(), old.flatten().tolist(), adv.flatten().tolist(), mask.flatten().tolist()
+    ):
         if m:
             r = math.exp(n - o)
             terms.append(max(-a * r, -a * min(max(r, 1 - eps), 1 + eps)))

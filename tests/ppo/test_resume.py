@@ -12,16 +12,26 @@ from slimrl.ppo.checkpoint import PPO_STATE
 
 from _ppo_helpers import lora_trainer
 
-COMPARED = ("loss", "grad_norm", "loss/policy_avg", "loss/value_avg", "policy/approxkl_avg", "val/ratio",
-            "objective/scores", "objective/kl", "policy/entropy_avg")
+COMPARED = (
+    "loss",
+    "grad_norm",
+    "loss/policy_avg",
+    "loss/value_avg",
+    "policy/approxkl_avg",
+    "val/ratio",
+    "objective/scores",
+    "objective/kl",
+    "policy/entropy_avg",
+)
 
 
 def _run(output_dir, resume_from=None, save_steps=None):
     extra = {"save_strategy": "steps", "save_steps": save_steps} if save_steps else {}
     trainer = lora_trainer(output_dir, max_steps=6, **extra)  # 3 rollouts x 2 PPO epochs
     trainer.train(resume_from_checkpoint=resume_from)
-    rows = {row["step"]: {k: row[k] for k in COMPARED if k in row} for row in trainer.state.log_history
-            if "loss" in row}
+    rows = {
+        row["step"]: {k: row[k] for k in COMPARED if k in row} for row in trainer.state.log_history if "loss" in row
+    }
     weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     weights.update({f"head.{n}": p.detach().clone() for n, p in trainer.ppo.critic.head.named_parameters()})
     return rows, weights

@@ -34,8 +34,9 @@ def test_a_few_ppo_steps_raise_a_simple_reward(tmp_path):
     assert len(scores) == 10  # 20 optimizer steps / 2 PPO epochs per rollout
     assert _mean(scores[-3:]) > _mean(scores[:2]) + 0.3, scores
     # negative control: the same run without a usable step does not rise
-    still = lora_trainer(tmp_path / "still", per_device_train_batch_size=16, max_steps=20, kl_coef=0.0,
-                         learning_rate=1e-7)
+    still = lora_trainer(
+        tmp_path / "still", per_device_train_batch_size=16, max_steps=20, kl_coef=0.0, learning_rate=1e-7
+    )
     still.train()
     flat = logged(still, "objective/scores")
     assert abs(_mean(flat[-3:]) - _mean(flat[:2])) < 0.15, flat
@@ -65,11 +66,15 @@ def test_the_seed_call_shape_builds_and_train_names_what_is_missing(tmp_path, ca
         PPOTrainer(config, tiny_policy(), None, tok)
 
 
-
 def test_too_small_a_dataset_fails_before_any_rollout(tmp_path):
-    trainer = PPOTrainer(args=ppo_config(tmp_path, per_device_train_batch_size=8, num_mini_batches=2),
-                         processing_class=tokenizer(), model=tiny_policy(), reward_funcs=[low_id_reward],
-                         train_dataset=prompts(12), peft_config=lora_config())
+    trainer = PPOTrainer(
+        args=ppo_config(tmp_path, per_device_train_batch_size=8, num_mini_batches=2),
+        processing_class=tokenizer(),
+        model=tiny_policy(),
+        reward_funcs=[low_id_reward],
+        train_dataset=prompts(12),
+        peft_config=lora_config(),
+    )
     with pytest.raises(ValueError, match=r"12 rows, fewer than one rollout \(16"):
         trainer.train()
 
@@ -78,16 +83,24 @@ def test_a_lora_on_the_output_layer_is_refused(tmp_path):
     from peft import LoraConfig
 
     with pytest.raises(ValueError, match="lm_head"):
-        PPOTrainer(args=ppo_config(tmp_path), processing_class=tokenizer(), model=tiny_policy(),
-                   reward_funcs=low_id_reward, peft_config=LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
+        PPOTrainer(
+            args=ppo_config(tmp_path),
+            processing_class=tokenizer(),
+            model=tiny_policy(),
+            reward_funcs=low_id_reward,
+            peft_config=LoraConfig(r=4, target_modules=["q_proj", "lm_head"]),
+        )
 
 
 def _full_logprobs(model, input_ids, attention_mask, context_length):
     """Log-probs of the response tokens from full logits (the slow, independent way)."""
     from slimrl.ppo.value import position_ids_of
 
-    logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                   position_ids=position_ids_of(attention_mask)).logits[:, context_length - 1:-1].float()
+    logits = (
+        model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_of(attention_mask))
+        .logits[:, context_length - 1 : -1]
+        .float()
+    )
     return torch.log_softmax(logits, -1).gather(-1, input_ids[:, context_length:, None]).squeeze(-1)
 
 
@@ -115,8 +128,9 @@ def test_the_reference_is_the_adapter_disabled_base_with_no_second_model(tmp_pat
         with trainer.ppo.reference_context():
             from slimrl.ppo.models import response_logprobs
 
-            ref = response_logprobs(trainer.ppo.reference, batch.input_ids, batch.attention_mask,
-                                    batch.context_length)[0]
+            ref = response_logprobs(trainer.ppo.reference, batch.input_ids, batch.attention_mask, batch.context_length)[
+                0
+            ]
     torch.testing.assert_close(ref[mask], base[mask], rtol=1e-5, atol=1e-5)
     assert (adapted[mask] - base[mask]).abs().max() > 1e-3, "the adapter should have moved the policy"
 
@@ -150,9 +164,12 @@ def test_both_adapters_and_the_head_train_and_each_forward_uses_its_adapter(tmp_
             values = response_values(trainer.ppo.critic, ids, mask, ctx)
         policy_logprobs = response_logprobs(model, ids, mask, ctx)[0]
         model.set_adapter("value")
-        hidden = model.get_base_model().model(input_ids=ids, attention_mask=mask,
-                                              position_ids=position_ids_of(mask)).last_hidden_state
-        by_hand_values = trainer.ppo.critic.head(hidden)[:, ctx - 1:-1]
+        hidden = (
+            model.get_base_model()
+            .model(input_ids=ids, attention_mask=mask, position_ids=position_ids_of(mask))
+            .last_hidden_state
+        )
+        by_hand_values = trainer.ppo.critic.head(hidden)[:, ctx - 1 : -1]
         value_adapter_logprobs = _full_logprobs(model, ids, mask, ctx)
         model.set_adapter("default")
         by_hand_logprobs = _full_logprobs(model, ids, mask, ctx)
@@ -169,8 +186,13 @@ def test_gradient_checkpointing_gives_the_same_steps(tmp_path):
         trainer = lora_trainer(tmp_path / str(checkpointing), max_steps=2, gradient_checkpointing=checkpointing)
         trainer.train()
         state = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
-        runs.append((logged(trainer, "loss/value_avg") + logged(trainer, "loss/policy_avg"), state,
-                     trainer.model.get_base_model().model.gradient_checkpointing))
+        runs.append(
+            (
+                logged(trainer, "loss/value_avg") + logged(trainer, "loss/policy_avg"),
+                state,
+                trainer.model.get_base_model().model.gradient_checkpointing,
+            )
+        )
     (losses_off, state_off, on_off), (losses_on, state_on, on_on) = runs
     assert on_on and not on_off
     torch.testing.assert_close(losses_on, losses_off, rtol=1e-5, atol=1e-6)
@@ -181,15 +203,21 @@ def test_gradient_checkpointing_gives_the_same_steps(tmp_path):
 def test_a_full_model_policy_trains_against_a_frozen_copy_that_carries_the_value_adapter(tmp_path):
     model = tiny_policy()
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
-    trainer = PPOTrainer(args=ppo_config(tmp_path, learning_rate=1e-3), processing_class=tokenizer(), model=model,
-                         reward_model=low_id_reward, train_dataset=prompts())
+    trainer = PPOTrainer(
+        args=ppo_config(tmp_path, learning_rate=1e-3),
+        processing_class=tokenizer(),
+        model=model,
+        reward_model=low_id_reward,
+        train_dataset=prompts(),
+    )
     reference = trainer.ppo.reference.get_base_model()
     assert trainer.model is model and reference is not model and trainer.ppo.reference_adapters_off
     trainer.train()
     assert all(not torch.equal(p.detach(), start[n]) for n, p in model.named_parameters())
     frozen = {n: p for n, p in reference.named_parameters() if "lora_" not in n}
-    assert all(not p.requires_grad and torch.equal(p.detach(), start[n.replace(".base_layer", "")])
-               for n, p in frozen.items())
+    assert all(
+        not p.requires_grad and torch.equal(p.detach(), start[n.replace(".base_layer", "")]) for n, p in frozen.items()
+    )
     moved = [p for n, p in reference.named_parameters() if "lora_B" in n]
     assert moved and all(p.abs().sum() > 0 for p in moved), "the value adapter on the copy did not train"
 
@@ -207,9 +235,15 @@ def test_a_reward_model_and_a_value_model_can_be_passed(tmp_path):
     reward_model, value_model = seq_cls(3), seq_cls(4)
     reward_before = {n: p.detach().clone() for n, p in reward_model.named_parameters()}
     value_before = {n: p.detach().clone() for n, p in value_model.named_parameters()}
-    trainer = PPOTrainer(args=ppo_config(tmp_path), processing_class=tokenizer(), model=tiny_policy(),
-                         reward_model=reward_model, value_model=value_model, train_dataset=prompts(),
-                         peft_config=lora_config())
+    trainer = PPOTrainer(
+        args=ppo_config(tmp_path),
+        processing_class=tokenizer(),
+        model=tiny_policy(),
+        reward_model=reward_model,
+        value_model=value_model,
+        train_dataset=prompts(),
+        peft_config=lora_config(),
+    )
     assert "value" not in trainer.model.peft_config  # a value model given: no value adapter
     trainer.train()
     scores = logged(trainer, "objective/scores")

@@ -57,8 +57,16 @@ def test_arithmetic_options_are_checked():
 
 def test_closeness_reward_is_dense_and_safe():
     conv = lambda t: [{"role": "assistant", "content": t}]  # noqa: E731
-    scores = closeness_reward([conv("<answer>7</answer>"), conv("<answer>8</answer>"), conv("<answer>9</answer>"),
-                               conv("7"), conv("<answer>" + "9" * 30 + "</answer>")], answer=["7"] * 5)
+    scores = closeness_reward(
+        [
+            conv("<answer>7</answer>"),
+            conv("<answer>8</answer>"),
+            conv("<answer>9</answer>"),
+            conv("7"),
+            conv("<answer>" + "9" * 30 + "</answer>"),
+        ],
+        answer=["7"] * 5,
+    )
     assert scores[0] == 1.0 and 0.3 < scores[1] < 0.4 and scores[2] < scores[1]
     assert scores[3] == 0.0 and scores[4] == 0.0
     with pytest.raises(ValueError, match="answer"):

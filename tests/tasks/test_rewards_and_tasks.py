@@ -55,26 +55,29 @@ def test_arithmetic_rows_are_worked_example_conversations_with_correct_answers()
         get_builtin_task("chess")
 
 
-@pytest.mark.parametrize("completion,fmt,correct", [
-    (conv("<answer>12</answer>"), 1.0, 1.0),
-    (conv("The sum is 12.\n<answer> 12 </answer>"), 1.0, 1.0),
-    ("<answer>12</answer>", 1.0, 1.0),                      # plain-string completion
-    ({"role": "assistant", "content": "<answer>12</answer>"}, 1.0, 1.0),
-    (conv("<answer>13</answer>"), 1.0, 0.0),                # wrong value, right format
-    (conv("12"), 0.0, 0.0),                                 # no tags
-    (conv("<answer>twelve</answer>"), 0.0, 0.0),
-    (conv("<answer>12"), 0.0, 0.0),                         # unclosed
-    (conv("<answer>12</answer><answer>13</answer>"), 0.0, 0.0),  # hedging with several answers
-    (conv("<answer>12</answer><answer>12</answer>"), 0.0, 0.0),
-    (conv("<answer>١٢</answer>"), 0.0, 0.0),                # unicode (Arabic-Indic) digits are not the format
-    (conv("<answer>12.0</answer>"), 0.0, 0.0),
-    (conv("<answer>" + "9" * 40 + "</answer>"), 0.0, 0.0),  # absurdly long number
-    (conv(""), 0.0, 0.0),
-    (None, 0.0, 0.0),
-    (42, 0.0, 0.0),
-    ([{"role": "assistant", "content": None}], 0.0, 0.0),
-    (conv("💥" * 1000 + "<answer>12</answer>"), 1.0, 1.0),
-])
+@pytest.mark.parametrize(
+    "completion,fmt,correct",
+    [
+        (conv("<answer>12</answer>"), 1.0, 1.0),
+        (conv("The sum is 12.\n<answer> 12 </answer>"), 1.0, 1.0),
+        ("<answer>12</answer>", 1.0, 1.0),  # plain-string completion
+        ({"role": "assistant", "content": "<answer>12</answer>"}, 1.0, 1.0),
+        (conv("<answer>13</answer>"), 1.0, 0.0),  # wrong value, right format
+        (conv("12"), 0.0, 0.0),  # no tags
+        (conv("<answer>twelve</answer>"), 0.0, 0.0),
+        (conv("<answer>12"), 0.0, 0.0),  # unclosed
+        (conv("<answer>12</answer><answer>13</answer>"), 0.0, 0.0),  # hedging with several answers
+        (conv("<answer>12</answer><answer>12</answer>"), 0.0, 0.0),
+        (conv("<answer>١٢</answer>"), 0.0, 0.0),  # unicode (Arabic-Indic) digits are not the format
+        (conv("<answer>12.0</answer>"), 0.0, 0.0),
+        (conv("<answer>" + "9" * 40 + "</answer>"), 0.0, 0.0),  # absurdly long number
+        (conv(""), 0.0, 0.0),
+        (None, 0.0, 0.0),
+        (42, 0.0, 0.0),
+        ([{"role": "assistant", "content": None}], 0.0, 0.0),
+        (conv("💥" * 1000 + "<answer>12</answer>"), 1.0, 1.0),
+    ],
+)
 def test_rewards_on_good_malformed_and_adversarial(completion, fmt, correct):
     assert format_reward([completion]) == [fmt]
     assert correctness_reward([completion], answer=["12"]) == [correct]
@@ -104,8 +107,12 @@ def test_load_reward_func_forms(tmp_path, monkeypatch):
     assert func(["ab"]) == [2.0]
     monkeypatch.chdir(tmp_path)
     assert load_reward_func("my_rewards.length_reward")(["abc"]) == [3.0]
-    for bad, msg in [("nope_module_xyz.f", "Could not import"), (f"{f}:missing", "no attribute"),
-                     ("/no/such/file.py:f", "not found"), ("justaname", "neither")]:
+    for bad, msg in [
+        ("nope_module_xyz.f", "Could not import"),
+        (f"{f}:missing", "no attribute"),
+        ("/no/such/file.py:f", "not found"),
+        ("justaname", "neither"),
+    ]:
         with pytest.raises(TaskError, match=msg):
             load_reward_func(bad)
 

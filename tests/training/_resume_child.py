@@ -14,12 +14,26 @@ import time
 
 import torch
 
-GRPO_ARGS = dict(per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=1,
-                 steps_per_generation=2, num_iterations=2, max_completion_length=8, beta=0.04)
+GRPO_ARGS = dict(
+    per_device_train_batch_size=4,
+    num_generations=4,
+    gradient_accumulation_steps=1,
+    steps_per_generation=2,
+    num_iterations=2,
+    max_completion_length=8,
+    beta=0.04,
+)
 DPO_ARGS = dict(per_device_train_batch_size=2, gradient_accumulation_steps=2, max_length=48)
 # slimrl's PPO: one rollout of 4 prompts serves 2 optimizer steps (2 PPO epochs), so step 3 of 6 is mid-rollout
-PPO_ARGS = dict(per_device_train_batch_size=4, gradient_accumulation_steps=1, num_ppo_epochs=2, response_length=4,
-                lr_scheduler_type="constant", temperature=1.0, gradient_checkpointing=False)
+PPO_ARGS = dict(
+    per_device_train_batch_size=4,
+    gradient_accumulation_steps=1,
+    num_ppo_epochs=2,
+    response_length=4,
+    lr_scheduler_type="constant",
+    temperature=1.0,
+    gradient_checkpointing=False,
+)
 
 
 def _reward(completions, **kwargs):
@@ -53,8 +67,13 @@ def _dataset(kind: str):
     prompts = [T.PROMPTS[i % len(T.PROMPTS)] for i in range(24)]
     if kind in ("grpo", "rloo", "ppo"):
         return Dataset.from_dict({"prompt": prompts})
-    return Dataset.from_dict({"prompt": prompts, "chosen": [f" the answer is {i}" for i in range(24)],
-                              "rejected": [f" no {i % 7} maybe" for i in range(24)]})
+    return Dataset.from_dict(
+        {
+            "prompt": prompts,
+            "chosen": [f" the answer is {i}" for i in range(24)],
+            "rejected": [f" no {i % 7} maybe" for i in range(24)],
+        }
+    )
 
 
 def _ppo_trainer(out, common, callbacks):
@@ -64,9 +83,15 @@ def _ppo_trainer(out, common, callbacks):
 
     import _tiny as T
 
-    return PPOTrainer(args=PPOConfig(**common, **PPO_ARGS), processing_class=T.tokenizer(), model=T.tiny_model(0),
-                      reward_funcs=_reward, train_dataset=_dataset("ppo"), callbacks=list(callbacks),
-                      peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    return PPOTrainer(
+        args=PPOConfig(**common, **PPO_ARGS),
+        processing_class=T.tokenizer(),
+        model=T.tiny_model(0),
+        reward_funcs=_reward,
+        train_dataset=_dataset("ppo"),
+        callbacks=list(callbacks),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"),
+    )
 
 
 def build_trainer(kind: str, out: str, max_steps: int, callbacks=()):
@@ -76,22 +101,44 @@ def build_trainer(kind: str, out: str, max_steps: int, callbacks=()):
 
     PatchFastRL(kind)
     torch.manual_seed(0)
-    common = dict(output_dir=out, max_steps=max_steps, logging_steps=1, save_strategy="no", report_to=[],
-                  use_cpu=True, bf16=False, learning_rate=1e-2, seed=3, disable_tqdm=True)
+    common = dict(
+        output_dir=out,
+        max_steps=max_steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        learning_rate=1e-2,
+        seed=3,
+        disable_tqdm=True,
+    )
     if kind == "ppo":  # slimrl's own trainer; its LoRA from peft_config
         return _ppo_trainer(out, common, callbacks)
-    model = FastLanguageModel.get_peft_model(T.tiny_model(0), r=4, lora_alpha=8, random_state=0,
-                                             use_gradient_checkpointing=False)
+    model = FastLanguageModel.get_peft_model(
+        T.tiny_model(0), r=4, lora_alpha=8, random_state=0, use_gradient_checkpointing=False
+    )
     if kind in ("grpo", "rloo"):
         from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
         config, trainer = (GRPOConfig, GRPOTrainer) if kind == "grpo" else (RLOOConfig, RLOOTrainer)
-        return trainer(model=model, reward_funcs=_reward, args=config(**common, **GRPO_ARGS),
-                       train_dataset=_dataset(kind), processing_class=T.tokenizer(), callbacks=list(callbacks))
+        return trainer(
+            model=model,
+            reward_funcs=_reward,
+            args=config(**common, **GRPO_ARGS),
+            train_dataset=_dataset(kind),
+            processing_class=T.tokenizer(),
+            callbacks=list(callbacks),
+        )
     from trl import DPOConfig, DPOTrainer
 
-    return DPOTrainer(model=model, args=DPOConfig(**common, **DPO_ARGS), train_dataset=_dataset(kind),
-                      processing_class=T.tokenizer(), callbacks=list(callbacks))
+    return DPOTrainer(
+        model=model,
+        args=DPOConfig(**common, **DPO_ARGS),
+        train_dataset=_dataset(kind),
+        processing_class=T.tokenizer(),
+        callbacks=list(callbacks),
+    )
 
 
 def train_child(kind, out, results, max_steps, resume=None, pause_at=None, marker=None, pause_forever=False):

@@ -11,13 +11,24 @@ from slimrl.training.checkpoints import BUFFER_FILE, load_rollout_buffer, run_di
 
 def _trainer(spg=2, iterations=2, step=3, buffer=None, world=1, rank=0):
     args = SimpleNamespace(steps_per_generation=spg, world_size=world, process_index=rank)
-    return SimpleNamespace(args=args, num_iterations=iterations, _step=step, _buffered_inputs=buffer,
-                           accelerator=SimpleNamespace(device=torch.device("cpu")))
+    return SimpleNamespace(
+        args=args,
+        num_iterations=iterations,
+        _step=step,
+        _buffered_inputs=buffer,
+        accelerator=SimpleNamespace(device=torch.device("cpu")),
+    )
 
 
 def test_buffer_round_trip_and_per_process_files(tmp_path):
-    buffer = [{"prompt_ids": torch.arange(6).view(2, 3), "advantages": torch.tensor([0.5, -0.5]),
-               "num_items_in_batch": torch.tensor(4), "image_sizes": [(1, 2), (3, 4)]}] * 2
+    buffer = [
+        {
+            "prompt_ids": torch.arange(6).view(2, 3),
+            "advantages": torch.tensor([0.5, -0.5]),
+            "num_items_in_batch": torch.tensor(4),
+            "image_sizes": [(1, 2), (3, 4)],
+        }
+    ] * 2
     save_rollout_buffer(_trainer(buffer=buffer), str(tmp_path))
     restored = _trainer(step=0)
     assert load_rollout_buffer(restored, str(tmp_path)) and restored._step == 3

@@ -87,8 +87,15 @@ def _interrupt(kind, root, signum, pause_at=HALF):
     return _finish(proc)
 
 
-@pytest.mark.parametrize("kind, signum", [("grpo", signal.SIGINT), ("dpo", signal.SIGTERM), ("rloo", signal.SIGTERM),
-                                          pytest.param("ppo", signal.SIGINT, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "kind, signum",
+    [
+        ("grpo", signal.SIGINT),
+        ("dpo", signal.SIGTERM),
+        ("rloo", signal.SIGTERM),
+        pytest.param("ppo", signal.SIGINT, marks=pytest.mark.slow),
+    ],
+)
 def test_interrupted_run_resumes_to_the_uninterrupted_result(kind, signum, tmp_path, capfd):
     straight, straight_results = _start(kind, tmp_path, "straight")
     assert _finish(straight) == 0

@@ -53,8 +53,10 @@ def _trainer_failing_at(kind, out, at, fail, max_steps=4):
 
 
 def _cuda_oom():
-    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
-                                 "79.19 GiB of which 1.20 GiB is free.")
+    raise torch.OutOfMemoryError(
+        "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 1.20 GiB is free."
+    )
 
 
 def _adapter(trainer):

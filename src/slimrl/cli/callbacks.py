@@ -78,8 +78,11 @@ class JsonlMetricsCallback(TrainerCallback):
         if state.is_world_process_zero:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             # a resumed run keeps the history up to its checkpoint's step (rows after it are re-logged)
-            kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= state.global_step] \
-                if state.global_step and os.path.isfile(self.path) else []
+            kept = (
+                [r for r in read_metrics(self.path) if r.get("step", 0) <= state.global_step]
+                if state.global_step and os.path.isfile(self.path)
+                else []
+            )
             with open(self.path, "w") as f:
                 f.writelines(json.dumps(r, allow_nan=True) + "\n" for r in kept)
 

@@ -22,8 +22,15 @@ def render_prompts(tokenizer, prompts: list) -> list[str]:
 
 
 @torch.no_grad()
-def generate_texts(model, tokenizer, prompts: list, max_new_tokens: int, batch_size: int = 32,
-                   do_sample: bool = False, temperature: float = 1.0) -> list[str]:
+def generate_texts(
+    model,
+    tokenizer,
+    prompts: list,
+    max_new_tokens: int,
+    batch_size: int = 32,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+) -> list[str]:
     """Completion texts (special tokens removed) for each prompt, in order."""
     texts = render_prompts(tokenizer, prompts)
     padding_side = tokenizer.padding_side
@@ -32,15 +39,16 @@ def generate_texts(model, tokenizer, prompts: list, max_new_tokens: int, batch_s
     outputs: list[str] = []
     try:
         for start in range(0, len(texts), max(1, batch_size)):
-            batch = tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True,
-                              add_special_tokens=False).to(model.device)
+            batch = tokenizer(
+                texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+            ).to(model.device)
             kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, pad_token_id=pad_id)
             if do_sample:
                 kwargs["temperature"] = temperature
             else:  # silence "generation flags are not valid" warnings from a sampling generation_config
                 kwargs.update(temperature=None, top_p=None, top_k=None)
             generated = model.generate(**batch, **kwargs)
-            new_tokens = generated[:, batch["input_ids"].shape[1]:]
+            new_tokens = generated[:, batch["input_ids"].shape[1] :]
             outputs.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     finally:
         tokenizer.padding_side = padding_side

@@ -13,18 +13,31 @@ import argparse
 def add_generate_arguments(parser: argparse.ArgumentParser, interactive_default: bool = False) -> None:
     parser.add_argument("prompts", nargs="*", help="Prompt(s) to answer (none with --interactive).")
     parser.add_argument("--adapter", required=True, help="Adapter folder written by `slimrl grpo` (its output_dir).")
-    parser.add_argument("--model_name_or_path", default=None,
-                        help="Base model; default: the one recorded in the adapter folder.")
-    parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
-                        help="Weight dtype; default: the training run's.")
+    parser.add_argument(
+        "--model_name_or_path", default=None, help="Base model; default: the one recorded in the adapter folder."
+    )
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        choices=["bfloat16", "float16", "float32"],
+        help="Weight dtype; default: the training run's.",
+    )
     parser.add_argument("--max_new_tokens", type=int, default=128, help="Tokens to generate per answer.")
     parser.add_argument("--do_sample", action="store_true", default=False, help="Sample instead of greedy decoding.")
     parser.add_argument("--temperature", type=float, default=1.0, help="Sampling temperature (with --do_sample).")
-    parser.add_argument("--raw", action="store_true", default=False,
-                        help="Send the prompt as a single user message, without the task's prompt template.")
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        default=False,
+        help="Send the prompt as a single user message, without the task's prompt template.",
+    )
     parser.add_argument("--no_base", action="store_true", default=False, help="Only print the adapter's answer.")
-    parser.add_argument("--interactive", action="store_true", default=interactive_default,
-                        help="Read prompts from stdin until EOF or an empty line.")
+    parser.add_argument(
+        "--interactive",
+        action="store_true",
+        default=interactive_default,
+        help="Read prompts from stdin until EOF or an empty line.",
+    )
 
 
 def _wrap(text: str, info: dict, raw: bool):
@@ -43,8 +56,9 @@ def answer(model, tokenizer, text: str, args, info: dict) -> dict:
     from slimrl.cli.evaluate import generate_texts
 
     prompt = [_wrap(text, info, args.raw)]
-    kwargs = dict(max_new_tokens=args.max_new_tokens, batch_size=1, do_sample=args.do_sample,
-                  temperature=args.temperature)
+    kwargs = dict(
+        max_new_tokens=args.max_new_tokens, batch_size=1, do_sample=args.do_sample, temperature=args.temperature
+    )
     result = {"adapter": generate_texts(model, tokenizer, prompt, **kwargs)[0]}
     if not args.no_base:
         with model.disable_adapter():

@@ -16,32 +16,48 @@ from slimrl.models.fast_language_model import FastLanguageModel
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def load_base(model_name_or_path: str, max_seq_length: int = 512, dtype: str | None = None, load_in_4bit=False,
-              model_args=None):
+def load_base(
+    model_name_or_path: str, max_seq_length: int = 512, dtype: str | None = None, load_in_4bit=False, model_args=None
+):
     """(model, tokenizer); `model_args` with fast_inference=True also builds the vLLM engine."""
     vllm = {}
     if model_args is not None and getattr(model_args, "fast_inference", False):
-        vllm = dict(fast_inference=True, gpu_memory_utilization=model_args.gpu_memory_utilization,
-                    vllm_engine_kwargs={"enforce_eager": True} if model_args.vllm_enforce_eager else None)
-    return FastLanguageModel.from_pretrained(model_name_or_path, max_seq_length=max_seq_length,
-                                             dtype=_DTYPES.get(dtype) if dtype else None, load_in_4bit=load_in_4bit,
-                                             **vllm)
+        vllm = dict(
+            fast_inference=True,
+            gpu_memory_utilization=model_args.gpu_memory_utilization,
+            vllm_engine_kwargs={"enforce_eager": True} if model_args.vllm_enforce_eager else None,
+        )
+    return FastLanguageModel.from_pretrained(
+        model_name_or_path,
+        max_seq_length=max_seq_length,
+        dtype=_DTYPES.get(dtype) if dtype else None,
+        load_in_4bit=load_in_4bit,
+        **vllm,
+    )
 
 
 def add_lora(model, model_args, gradient_checkpointing: bool, seed: int):
     use_gc = model_args.use_gradient_checkpointing
     use_gc = gradient_checkpointing if use_gc is None else use_gc
-    return FastLanguageModel.get_peft_model(model, r=model_args.lora_r, target_modules=model_args.lora_target_modules,
-                                            lora_alpha=model_args.lora_alpha, lora_dropout=model_args.lora_dropout,
-                                            bias="none", use_gradient_checkpointing=use_gc, random_state=seed)
+    return FastLanguageModel.get_peft_model(
+        model,
+        r=model_args.lora_r,
+        target_modules=model_args.lora_target_modules,
+        lora_alpha=model_args.lora_alpha,
+        lora_dropout=model_args.lora_dropout,
+        bias="none",
+        use_gradient_checkpointing=use_gc,
+        random_state=seed,
+    )
 
 
 def set_inference(model, inference: bool) -> None:
     (FastLanguageModel.for_inference if inference else FastLanguageModel.for_training)(model)
 
 
-def load_adapter(adapter_dir: str, model_name_or_path: str | None = None, dtype: str | None = None,
-                 max_seq_length: int = 2048):
+def load_adapter(
+    adapter_dir: str, model_name_or_path: str | None = None, dtype: str | None = None, max_seq_length: int = 2048
+):
     """(peft_model, tokenizer, run_info) for an adapter folder written by `slimrl grpo`."""
     from peft import PeftModel
 

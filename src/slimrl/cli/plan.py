@@ -16,8 +16,10 @@ import argparse
 import json
 
 ALGORITHMS = ("grpo", "dpo", "orpo", "kto")
-USAGE = ("usage: slimrl plan {grpo,dpo,orpo,kto} [the command's flags] [--prompt_length N] [--device_memory_gb G] "
-         "[--device cpu|cuda] [--json]")
+USAGE = (
+    "usage: slimrl plan {grpo,dpo,orpo,kto} [the command's flags] [--prompt_length N] [--device_memory_gb G] "
+    "[--device cpu|cuda] [--json]"
+)
 
 
 def _own_parser() -> argparse.ArgumentParser:
@@ -52,14 +54,22 @@ def plan_from_args(algorithm: str, model_args, training_args, own):
     device = own.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype, _ = choose_dtype(model_args.dtype, device)
     checkpointing = model_args.use_gradient_checkpointing
-    return plan(model_args.model_name_or_path, training_args, algorithm, prompt_length=own.prompt_length,
-                max_seq_length=model_args.max_seq_length, lora_r=model_args.lora_r,
-                lora_target_modules=model_args.lora_target_modules, dtype=str(dtype),
-                load_in_4bit=model_args.load_in_4bit,
-                use_gradient_checkpointing=training_args.gradient_checkpointing if checkpointing is None
-                else checkpointing,
-                fast_inference=model_args.fast_inference, gpu_memory_utilization=model_args.gpu_memory_utilization,
-                device=device, device_memory_gb=own.device_memory_gb)
+    return plan(
+        model_args.model_name_or_path,
+        training_args,
+        algorithm,
+        prompt_length=own.prompt_length,
+        max_seq_length=model_args.max_seq_length,
+        lora_r=model_args.lora_r,
+        lora_target_modules=model_args.lora_target_modules,
+        dtype=str(dtype),
+        load_in_4bit=model_args.load_in_4bit,
+        use_gradient_checkpointing=training_args.gradient_checkpointing if checkpointing is None else checkpointing,
+        fast_inference=model_args.fast_inference,
+        gpu_memory_utilization=model_args.gpu_memory_utilization,
+        device=device,
+        device_memory_gb=own.device_memory_gb,
+    )
 
 
 def run_plan(argv: list[str]) -> int:

@@ -46,10 +46,13 @@ def build_ppo_parser():
     from slimrl.cli.args import ModelArguments, SlimrlArguments, TaskArguments, set_cli_defaults
     from slimrl.ppo import PPOConfig
 
-    parser = TrlParser((TaskArguments, ModelArguments, SlimrlArguments, PPOConfig), prog="slimrl ppo",
-                       description="Train a model with PPO (slimrl's PPOTrainer: LoRA policy, the adapter-disabled "
-                                   "base as reference, a value adapter + head on the same base). Every PPOConfig "
-                                   "field is a flag; --config run.yaml sets defaults, flags override it.")
+    parser = TrlParser(
+        (TaskArguments, ModelArguments, SlimrlArguments, PPOConfig),
+        prog="slimrl ppo",
+        description="Train a model with PPO (slimrl's PPOTrainer: LoRA policy, the adapter-disabled "
+        "base as reference, a value adapter + head on the same base). Every PPOConfig "
+        "field is a flag; --config run.yaml sets defaults, flags override it.",
+    )
     set_cli_defaults(parser, PPO_CLI_DEFAULTS)
     return parser
 
@@ -69,8 +72,11 @@ def apply_patches() -> None:
 
 
 def ppo_panels(rows: list[dict]) -> list[tuple[str, list[str]]]:
-    return [("score", ["objective/scores", "objective/rlhf_reward"]), ("KL", ["objective/kl"]),
-            ("losses", ["loss/policy_avg", "loss/value_avg"])]
+    return [
+        ("score", ["objective/scores", "objective/rlhf_reward"]),
+        ("KL", ["objective/kl"]),
+        ("losses", ["loss/policy_avg", "loss/value_avg"]),
+    ]
 
 
 def score_functions(task, task_args) -> list:
@@ -96,15 +102,24 @@ def run_ppo(task_args, model_args, training_args) -> dict:
     scores = score_functions(task, task_args)
     out = training_args.output_dir
     os.makedirs(out, exist_ok=True)
-    print(f"[slimrl] ppo on {task.name}: {len(task.train_dataset)} train prompts, score "
-          f"{', '.join(f.__name__ for f in scores)}; output_dir {out}", flush=True)
-    model, tokenizer = load_base(model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype,
-                                 model_args.load_in_4bit, model_args)
+    print(
+        f"[slimrl] ppo on {task.name}: {len(task.train_dataset)} train prompts, score "
+        f"{', '.join(f.__name__ for f in scores)}; output_dir {out}",
+        flush=True,
+    )
+    model, tokenizer = load_base(
+        model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype, model_args.load_in_4bit, model_args
+    )
     model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
     before = evaluate_task(model, tokenizer, task, task_args, training_args.response_length, "before")
-    trainer = PPOTrainer(args=training_args, processing_class=tokenizer, model=model, reward_funcs=scores,
-                         train_dataset=task.train_dataset,
-                         callbacks=[JsonlMetricsCallback(os.path.join(out, "metrics.jsonl"))])
+    trainer = PPOTrainer(
+        args=training_args,
+        processing_class=tokenizer,
+        model=model,
+        reward_funcs=scores,
+        train_dataset=task.train_dataset,
+        callbacks=[JsonlMetricsCallback(os.path.join(out, "metrics.jsonl"))],
+    )
     bars = [c for c in trainer.callback_handler.callbacks if isinstance(c, ProgressCallback)]
     if not training_args.disable_tqdm and bars:
         trainer.remove_callback(ProgressCallback)
@@ -114,11 +129,18 @@ def run_ppo(task_args, model_args, training_args) -> dict:
     train_seconds = time.perf_counter() - train_t0
     trainer.save_model(out)
     after = evaluate_task(trainer.model, tokenizer, task, task_args, training_args.response_length, "after")
-    run_info = {"model_name_or_path": model_args.model_name_or_path, "dtype": model_args.dtype, "algorithm": "ppo",
-                "task": task.name if not task_args.dataset_name else None, "task_info": task.info,
-                "max_completion_length": training_args.response_length, "seed": training_args.seed}
+    run_info = {
+        "model_name_or_path": model_args.model_name_or_path,
+        "dtype": model_args.dtype,
+        "algorithm": "ppo",
+        "task": task.name if not task_args.dataset_name else None,
+        "task_info": task.info,
+        "max_completion_length": training_args.response_length,
+        "seed": training_args.seed,
+    }
     engine = getattr(model, "vllm_engine", None)
     if engine is not None:
         engine.close()
-    return write_run_outputs(out, run_info, before, after, train_seconds, wall0, training_args.max_steps,
-                             task_args.plot, ppo_panels)
+    return write_run_outputs(
+        out, run_info, before, after, train_seconds, wall0, training_args.max_steps, task_args.plot, ppo_panels
+    )

@@ -41,19 +41,35 @@ def build_preference_task(algorithm: str, task_args, seed: int):
     from slimrl.tasks.rewards import correctness_reward
 
     if task_args.dataset_name:
-        train = preference_dataset(algorithm, task_args.dataset_name, task_args.dataset_config,
-                                   task_args.dataset_train_split, task_args.prompt_column, task_args.chosen_column,
-                                   task_args.rejected_column, task_args.completion_column, task_args.label_column,
-                                   task_args.num_train_samples)
+        train = preference_dataset(
+            algorithm,
+            task_args.dataset_name,
+            task_args.dataset_config,
+            task_args.dataset_train_split,
+            task_args.prompt_column,
+            task_args.chosen_column,
+            task_args.rejected_column,
+            task_args.completion_column,
+            task_args.label_column,
+            task_args.num_train_samples,
+        )
         name = os.path.basename(task_args.dataset_name.rstrip("/")) or task_args.dataset_name
         return Task(name, train, None, [], None, None, {"dataset_name": task_args.dataset_name})
     if task_args.task != "arithmetic":
         raise ValueError(f"Unknown preference task {task_args.task!r}; built-in: arithmetic (or pass --dataset_name)")
     options = {k: getattr(task_args, k) for k in ("max_operand", "operations", "num_examples")}
-    train, evaluation = arithmetic_preference_splits(algorithm, task_args.num_train_samples or 1000,
-                                                     task_args.num_eval_samples, seed, **options)
-    return Task("arithmetic", train, evaluation, [], correctness_reward, None,
-                {k: v for k, v in options.items() if v is not None})
+    train, evaluation = arithmetic_preference_splits(
+        algorithm, task_args.num_train_samples or 1000, task_args.num_eval_samples, seed, **options
+    )
+    return Task(
+        "arithmetic",
+        train,
+        evaluation,
+        [],
+        correctness_reward,
+        None,
+        {k: v for k, v in options.items() if v is not None},
+    )
 
 
 def run_preference(algorithm: str, task_args, model_args, training_args) -> dict:
@@ -70,15 +86,21 @@ def run_preference(algorithm: str, task_args, model_args, training_args) -> dict
     os.makedirs(out, exist_ok=True)
     print(f"[slimrl] {algorithm} on {task.name}: {len(task.train_dataset)} train rows; output_dir {out}", flush=True)
 
-    model, tokenizer = load_base(model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype,
-                                 model_args.load_in_4bit)
+    model, tokenizer = load_base(
+        model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype, model_args.load_in_4bit
+    )
     model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
     max_new_tokens = 16
     before = evaluate_task(model, tokenizer, task, task_args, max_new_tokens, "before")
 
     metrics_path = os.path.join(out, "metrics.jsonl")
-    trainer = trainer_class(algorithm)(model=model, args=training_args, train_dataset=task.train_dataset,
-                                       processing_class=tokenizer, callbacks=[JsonlMetricsCallback(metrics_path)])
+    trainer = trainer_class(algorithm)(
+        model=model,
+        args=training_args,
+        train_dataset=task.train_dataset,
+        processing_class=tokenizer,
+        callbacks=[JsonlMetricsCallback(metrics_path)],
+    )
     callbacks = trainer.callback_handler.callbacks
     if not training_args.disable_tqdm and any(isinstance(c, ProgressCallback) for c in callbacks):
         trainer.remove_callback(ProgressCallback)
@@ -89,10 +111,16 @@ def run_preference(algorithm: str, task_args, model_args, training_args) -> dict
     trainer.save_model(out)
 
     after = evaluate_task(trainer.model, tokenizer, task, task_args, max_new_tokens, "after")
-    run_info = {"model_name_or_path": model_args.model_name_or_path, "dtype": model_args.dtype,
-                "algorithm": algorithm, "task": task.name if not task_args.dataset_name else None,
-                "task_info": task.info, "seed": training_args.seed}
+    run_info = {
+        "model_name_or_path": model_args.model_name_or_path,
+        "dtype": model_args.dtype,
+        "algorithm": algorithm,
+        "task": task.name if not task_args.dataset_name else None,
+        "task_info": task.info,
+        "seed": training_args.seed,
+    }
     from slimrl.plotting import preference_panels
 
-    return write_run_outputs(out, run_info, before, after, train_seconds, wall0, training_args.max_steps,
-                             task_args.plot, preference_panels)
+    return write_run_outputs(
+        out, run_info, before, after, train_seconds, wall0, training_args.max_steps, task_args.plot, preference_panels
+    )

@@ -23,8 +23,10 @@ PREFERENCE_ALGORITHMS = ("dpo", "orpo", "kto")
 # README's preference section (embedded SmolLM2-135M, built-in arithmetic preference pairs, 2-core CPU).
 PREFERENCE_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
     "output_dir": ("outputs/slimrl-{algorithm}-{task}", "{algorithm} and {task} are replaced"),
-    "learning_rate": (5e-5, "LoRA on a 135M model needs a larger step than full fine-tuning's 1e-6 to move in 30 "
-                            "steps"),
+    "learning_rate": (
+        5e-5,
+        "LoRA on a 135M model needs a larger step than full fine-tuning's 1e-6 to move in 30 steps",
+    ),
     "lr_scheduler_type": ("constant", "a linear decay over 30 steps would halve the average step"),
     "max_steps": (30, "a few minutes on a 2-core CPU"),
     "per_device_train_batch_size": (4, "4 pairs (KTO: 4 rows) per step keep a CPU step to seconds"),
@@ -42,8 +44,9 @@ class PreferenceTaskArguments(DataArguments):
     chosen_column: str = field(default="chosen", metadata={"help": "dpo/orpo: column holding the preferred answer."})
     rejected_column: str = field(default="rejected", metadata={"help": "dpo/orpo: column holding the rejected answer."})
     completion_column: str = field(default="completion", metadata={"help": "kto: column holding the answer."})
-    label_column: str = field(default="label", metadata={
-        "help": "kto: column holding the desirable (true) / undesirable (false) label."})
+    label_column: str = field(
+        default="label", metadata={"help": "kto: column holding the desirable (true) / undesirable (false) label."}
+    )
 
 
 def preference_config_class(algorithm: str):
@@ -62,11 +65,14 @@ def build_preference_parser(algorithm: str):
     from trl import TrlParser
 
     config = preference_config_class(algorithm)
-    parser = TrlParser((PreferenceTaskArguments, ModelArguments, SlimrlArguments, config), prog=f"slimrl {algorithm}",
-                       description=f"Train a model with {algorithm.upper()} (TRL's "
-                                   f"{config.__name__.removesuffix('Config')}Trainer on slimrl's memory paths). "
-                                   f"Every {config.__name__} field is a flag; "
-                                   "--config run.yaml sets defaults, flags override it.")
+    parser = TrlParser(
+        (PreferenceTaskArguments, ModelArguments, SlimrlArguments, config),
+        prog=f"slimrl {algorithm}",
+        description=f"Train a model with {algorithm.upper()} (TRL's "
+        f"{config.__name__.removesuffix('Config')}Trainer on slimrl's memory paths). "
+        f"Every {config.__name__} field is a flag; "
+        "--config run.yaml sets defaults, flags override it.",
+    )
     set_cli_defaults(parser, PREFERENCE_CLI_DEFAULTS)
     return parser
 
@@ -80,12 +86,17 @@ def parse_preference_args(algorithm: str, argv: list[str]):
     if model_args.dtype == "auto":
         model_args.dtype = None
     if model_args.fast_inference:
-        raise ValueError(f"--fast_inference: `slimrl {algorithm}` trains on a fixed dataset and generates nothing; "
-                         "it applies to `slimrl grpo` and `slimrl ppo` only.")
-    if task_args.dataset_name and any(getattr(task_args, k) is not None
-                                      for k in ("max_operand", "operations", "num_examples")):
-        raise ValueError("--max_operand/--operations/--num_examples shape the built-in arithmetic set; they do not "
-                         "apply with --dataset_name")
+        raise ValueError(
+            f"--fast_inference: `slimrl {algorithm}` trains on a fixed dataset and generates nothing; "
+            "it applies to `slimrl grpo` and `slimrl ppo` only."
+        )
+    if task_args.dataset_name and any(
+        getattr(task_args, k) is not None for k in ("max_operand", "operations", "num_examples")
+    ):
+        raise ValueError(
+            "--max_operand/--operations/--num_examples shape the built-in arithmetic set; they do not "
+            "apply with --dataset_name"
+        )
     name = task_args.task
     if task_args.dataset_name:
         name = task_args.dataset_name.rstrip("/").replace("\\", "/").split("/")[-1].split(".")[0] or "dataset"

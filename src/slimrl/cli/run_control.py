@@ -58,8 +58,10 @@ def apply_run_flags(command: str, argv: list[str], task_args, training_args) -> 
         folder = training_args.output_dir if resume in (RESUME_LATEST, "True", "true") else resume
         checkpoint = resolve_resume(str(folder))
         if folder != training_args.output_dir and not user_set(training_args, "output_dir"):
-            print(f"[slimrl] resuming {checkpoint}: output_dir {training_args.output_dir} -> "
-                  f"{run_dir_of(checkpoint)}", flush=True)
+            print(
+                f"[slimrl] resuming {checkpoint}: output_dir {training_args.output_dir} -> {run_dir_of(checkpoint)}",
+                flush=True,
+            )
             training_args.output_dir = run_dir_of(checkpoint)
         training_args.resume_from_checkpoint = checkpoint
     task_args.resume_command = resume_command(command, argv, training_args.output_dir)

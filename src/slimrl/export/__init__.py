@@ -23,8 +23,14 @@ from __future__ import annotations
 
 import inspect
 
-METHOD_NAMES = ("save_pretrained_merged", "push_to_hub_merged", "save_pretrained_gguf", "push_to_hub_gguf",
-                "save_lora", "load_lora")
+METHOD_NAMES = (
+    "save_pretrained_merged",
+    "push_to_hub_merged",
+    "save_pretrained_gguf",
+    "push_to_hub_gguf",
+    "save_lora",
+    "load_lora",
+)
 
 
 class ExportMethod:
@@ -55,9 +61,11 @@ def attach_export_methods(model):
 
     for name in METHOD_NAMES:
         if hasattr(type(model), name):
-            raise RuntimeError(f"{type(model).__module__}.{type(model).__name__} now defines `{name}` itself; slimrl "
-                               f"will not shadow it with slimrl.export.methods.{name}. Call the slimrl function "
-                               "directly, or pin the library version slimrl was tested with.")
+            raise RuntimeError(
+                f"{type(model).__module__}.{type(model).__name__} now defines `{name}` itself; slimrl "
+                f"will not shadow it with slimrl.export.methods.{name}. Call the slimrl function "
+                "directly, or pin the library version slimrl was tested with."
+            )
         model.__dict__[name] = ExportMethod(getattr(methods, name), model)
     return model
 

@@ -53,9 +53,11 @@ def pre_tokenizer_name(backend_json: dict) -> str:
         name = _transformers_pre_tokenizer_names().get(regex)
         if name is not None:
             return name
-    raise ValueError(f"GGUF export: cannot name this tokenizer's pre-tokenizer for llama.cpp ({_describe(pre)}). "
-                     "Pass gguf_pre_tokenizer='<name>' (llama.cpp's `tokenizer.ggml.pre`, e.g. 'llama-bpe', 'qwen2', "
-                     "'gpt-2') to state it.")
+    raise ValueError(
+        f"GGUF export: cannot name this tokenizer's pre-tokenizer for llama.cpp ({_describe(pre)}). "
+        "Pass gguf_pre_tokenizer='<name>' (llama.cpp's `tokenizer.ggml.pre`, e.g. 'llama-bpe', 'qwen2', "
+        "'gpt-2') to state it."
+    )
 
 
 def _token_list(tokenizer, backend_json: dict, n_vocab: int) -> tuple[list[str], list[int]]:
@@ -95,8 +97,10 @@ def add_tokenizer(writer, tokenizer, n_vocab: int, pre_tokenizer: str | None = N
     backend_json = json.loads(backend.to_str())
     model_type = backend_json["model"].get("type")
     if model_type != "BPE" or not any(d.get("type") == "ByteLevel" for d in _decoders(backend_json)):
-        raise NotImplementedError(f"GGUF export supports byte-level BPE tokenizers (SmolLM2, Llama 3, Qwen2); this one "
-                                  f"is {model_type} with decoder {_describe(backend_json.get('decoder'))}.")
+        raise NotImplementedError(
+            f"GGUF export supports byte-level BPE tokenizers (SmolLM2, Llama 3, Qwen2); this one "
+            f"is {model_type} with decoder {_describe(backend_json.get('decoder'))}."
+        )
     if len(tokenizer) > n_vocab:
         raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the model only {n_vocab} embedding rows.")
     pre = pre_tokenizer or pre_tokenizer_name(backend_json)

@@ -32,17 +32,47 @@ from . import gguf_vocab
 logger = logging.getLogger("slimrl")
 
 PYTHON_QUANTIZATIONS = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
-UNSLOTH_ALIASES = {"not_quantized": "f16", "fast_quantized": "q8_0", "quantized": "q4_k_m", "q4_k": "q4_k_m",
-                   "q5_k": "q5_k_m"}
-LLAMA_QUANTIZE_ONLY = ("q2_k", "q2_k_l", "q2_k_s", "q3_k_s", "q3_k_m", "q3_k_l", "q3_k_xs", "q4_k_s", "q4_k_m",
-                       "q5_k_s", "q5_k_m", "q6_k", "iq1_s", "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s", "iq2_m",
-                       "iq3_xxs", "iq3_xs", "iq3_s", "iq3_m", "iq4_nl", "iq4_xs", "tq1_0", "tq2_0")
+UNSLOTH_ALIASES = {
+    "not_quantized": "f16",
+    "fast_quantized": "q8_0",
+    "quantized": "q4_k_m",
+    "q4_k": "q4_k_m",
+    "q5_k": "q5_k_m",
+}
+LLAMA_QUANTIZE_ONLY = (
+    "q2_k",
+    "q2_k_l",
+    "q2_k_s",
+    "q3_k_s",
+    "q3_k_m",
+    "q3_k_l",
+    "q3_k_xs",
+    "q4_k_s",
+    "q4_k_m",
+    "q5_k_s",
+    "q5_k_m",
+    "q6_k",
+    "iq1_s",
+    "iq1_m",
+    "iq2_xxs",
+    "iq2_xs",
+    "iq2_s",
+    "iq2_m",
+    "iq3_xxs",
+    "iq3_xs",
+    "iq3_s",
+    "iq3_m",
+    "iq4_nl",
+    "iq4_xs",
+    "tq1_0",
+    "tq2_0",
+)
 
 
 @dataclass(frozen=True)
 class Architecture:
-    gguf_name: str         # gguf.MODEL_ARCH member name
-    permute_qk: bool       # llama.cpp's Llama converter permutes q/k rows for its rotary layout
+    gguf_name: str  # gguf.MODEL_ARCH member name
+    permute_qk: bool  # llama.cpp's Llama converter permutes q/k rows for its rotary layout
 
 
 ARCHITECTURES = {"llama": Architecture("LLAMA", True), "qwen2": Architecture("QWEN2", False)}
@@ -57,17 +87,22 @@ def resolve_quantization(method) -> str:
         raise NotImplementedError(
             f"quantization_method={method!r} ({name}) needs llama.cpp's llama-quantize: the `gguf` Python package "
             f"only writes {', '.join(PYTHON_QUANTIZATIONS)}. Write an f16 GGUF with slimrl, then run "
-            f"`llama-quantize model.F16.gguf model.{name.upper()}.gguf {name.upper()}` (llama.cpp build).")
-    raise ValueError(f"Unknown quantization_method {method!r}; slimrl writes {', '.join(PYTHON_QUANTIZATIONS)} "
-                     f"(aliases {sorted(UNSLOTH_ALIASES)}).")
+            f"`llama-quantize model.F16.gguf model.{name.upper()}.gguf {name.upper()}` (llama.cpp build)."
+        )
+    raise ValueError(
+        f"Unknown quantization_method {method!r}; slimrl writes {', '.join(PYTHON_QUANTIZATIONS)} "
+        f"(aliases {sorted(UNSLOTH_ALIASES)})."
+    )
 
 
 def architecture_of(config) -> Architecture:
     arch = ARCHITECTURES.get(getattr(config, "model_type", None))
     if arch is None:
-        raise NotImplementedError(f"GGUF export supports {sorted(ARCHITECTURES)}; this model is "
-                                  f"{getattr(config, 'model_type', None)!r} ({type(config).__name__}). Save it with "
-                                  "save_pretrained_merged and convert with llama.cpp's convert_hf_to_gguf.py.")
+        raise NotImplementedError(
+            f"GGUF export supports {sorted(ARCHITECTURES)}; this model is "
+            f"{getattr(config, 'model_type', None)!r} ({type(config).__name__}). Save it with "
+            "save_pretrained_merged and convert with llama.cpp's convert_hf_to_gguf.py."
+        )
     _check_config(config)
     return arch
 
@@ -83,12 +118,17 @@ def _check_config(config) -> None:
     problems = []
     if rope_type not in (None, "default"):
         problems.append(f"rope_type={rope_type!r}")
-    flags = ("attention_bias", "mlp_bias", "use_sliding_window") if config.model_type == "llama" else \
-        ("use_sliding_window",)
+    flags = (
+        ("attention_bias", "mlp_bias", "use_sliding_window")
+        if config.model_type == "llama"
+        else ("use_sliding_window",)
+    )
     problems += [f"{flag}=True" for flag in flags if getattr(config, flag, False)]
     if problems:
-        raise NotImplementedError(f"GGUF export of {config.model_type} with {', '.join(problems)} is not supported "
-                                  "(transformers' GGUF reader would drop it); use save_pretrained_merged.")
+        raise NotImplementedError(
+            f"GGUF export of {config.model_type} with {', '.join(problems)} is not supported "
+            "(transformers' GGUF reader would drop it); use save_pretrained_merged."
+        )
 
 
 def _add_hyperparameters(writer, config, file_type: int, n_vocab: int) -> None:
@@ -111,8 +151,11 @@ def _add_hyperparameters(writer, config, file_type: int, n_vocab: int) -> None:
 
 def _permute_rows(weight: torch.Tensor, n_head: int) -> torch.Tensor:
     """HF rotary layout (halves) -> llama.cpp's (interleaved pairs), per head; the inverse of transformers' reader."""
-    return weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(
-        weight.shape)
+    return (
+        weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weight.shape)
+    )
 
 
 def _tensor_type(gguf_name: str, shape: tuple, qtype, tied: bool):
@@ -156,8 +199,9 @@ def _gguf_tensors(model, arch: Architecture, use_adapter: bool = True):
         yield f"{gguf_base}.{suffix}", tensor
 
 
-def write_gguf(model, tokenizer, path: str, quantization: str, pre_tokenizer: str | None = None,
-               use_adapter: bool = True) -> dict:
+def write_gguf(
+    model, tokenizer, path: str, quantization: str, pre_tokenizer: str | None = None, use_adapter: bool = True
+) -> dict:
     """Write `model` (LoRA merged unless `use_adapter=False`) + `tokenizer` to the GGUF file `path`; returns a
     summary {"path", "quantization", "bytes", "tensors", "f16_fallbacks", "pre_tokenizer"}."""
     import gguf
@@ -168,11 +212,19 @@ def write_gguf(model, tokenizer, path: str, quantization: str, pre_tokenizer: st
     plan = [(name, tuple(t.shape)) for name, t in _gguf_tensors(model, arch, use_adapter=False)]
     tied = "output.weight" not in {name for name, _ in plan}
     types = {name: _tensor_type(name, shape, qtype, tied) for name, shape in plan}
-    fallbacks = [n for n, t in types.items() if t == gguf.GGMLQuantizationType.F16 and qtype not in
-                 (gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16)]
+    fallbacks = [
+        n
+        for n, t in types.items()
+        if t == gguf.GGMLQuantizationType.F16
+        and qtype not in (gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16)
+    ]
     if fallbacks:
-        logger.info("GGUF %s: %d tensor(s) kept in F16 (row length not a multiple of the block size): %s",
-                    quantization, len(fallbacks), fallbacks[:4])
+        logger.info(
+            "GGUF %s: %d tensor(s) kept in F16 (row length not a multiple of the block size): %s",
+            quantization,
+            len(fallbacks),
+            fallbacks[:4],
+        )
     n_vocab = model.get_input_embeddings().weight.shape[0]
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -193,5 +245,11 @@ def write_gguf(model, tokenizer, path: str, quantization: str, pre_tokenizer: st
             writer.write_tensor_data(gguf.quants.quantize(array, types[name]))
     finally:
         writer.close()
-    return {"path": path, "quantization": quantization, "bytes": os.path.getsize(path), "tensors": len(plan),
-            "f16_fallbacks": len(fallbacks), "pre_tokenizer": pre}
+    return {
+        "path": path,
+        "quantization": quantization,
+        "bytes": os.path.getsize(path),
+        "tensors": len(plan),
+        "f16_fallbacks": len(fallbacks),
+        "pre_tokenizer": pre,
+    }

@@ -18,7 +18,7 @@ import os
 EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 _CHATML_OLLAMA_TEMPLATE = (
-    '{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n'
+    "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
 )
 
 
@@ -42,8 +42,12 @@ def write_model_card(folder: str, base_name: str | None, library: str) -> str:
     base = hub_base_model(base_name)
     if base is not None:
         lines.append(f"base_model: {base}")
-    lines += ["---", "", "Fine-tuned with slimrl (reinforcement learning on Hugging Face TRL)"
-              + (f" from `{base_name}`." if base_name else ".")]
+    lines += [
+        "---",
+        "",
+        "Fine-tuned with slimrl (reinforcement learning on Hugging Face TRL)"
+        + (f" from `{base_name}`." if base_name else "."),
+    ]
     path = os.path.join(folder, "README.md")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -65,8 +69,16 @@ def write_modelfile(folder: str, gguf_filename: str, tokenizer) -> str:
     return path
 
 
-def upload_folder(folder: str, repo_id: str, token=None, private=None, commit_message: str | None = None,
-                  commit_description: str | None = None, create_pr: bool = False, revision: str | None = None) -> str:
+def upload_folder(
+    folder: str,
+    repo_id: str,
+    token=None,
+    private=None,
+    commit_message: str | None = None,
+    commit_description: str | None = None,
+    create_pr: bool = False,
+    revision: str | None = None,
+) -> str:
     """Create `repo_id` if needed and upload `folder` in one commit; returns the commit URL."""
     from huggingface_hub import HfApi
 
@@ -74,7 +86,13 @@ def upload_folder(folder: str, repo_id: str, token=None, private=None, commit_me
         raise ValueError(f"repo_id must be a Hub repository id such as 'user/my-model'; got {repo_id!r}")
     api = HfApi(token=token)
     api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-    info = api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="model",
-                             commit_message=commit_message or "Upload model trained with slimrl",
-                             commit_description=commit_description, create_pr=create_pr, revision=revision)
+    info = api.upload_folder(
+        repo_id=repo_id,
+        folder_path=folder,
+        repo_type="model",
+        commit_message=commit_message or "Upload model trained with slimrl",
+        commit_description=commit_description,
+        create_pr=create_pr,
+        revision=revision,
+    )
     return str(getattr(info, "commit_url", info))

@@ -44,8 +44,9 @@ _SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 def resolve_save_method(save_method: str) -> str:
     method = _ALIASES.get(save_method, save_method)
     if method not in SAVE_METHODS:
-        raise ValueError(f"save_method must be one of {list(SAVE_METHODS)} (or 'merged_4bit_forced'); "
-                         f"got {save_method!r}")
+        raise ValueError(
+            f"save_method must be one of {list(SAVE_METHODS)} (or 'merged_4bit_forced'); got {save_method!r}"
+        )
     return method
 
 
@@ -69,9 +70,13 @@ def merged_16bit_dtype(model, dtype=None) -> torch.dtype:
         return parse_dtype(dtype)
     own = model_dtype(model)
     if own != torch.float16:
-        warnings.warn(f"save_method='merged_16bit': the model computes in {str(own).removeprefix('torch.')}; saving "
-                      "float16, whose 3 more mantissa bits keep small LoRA updates that bfloat16 rounds away (pass "
-                      "dtype=torch.bfloat16 or torch.float32 to choose).", UserWarning, stacklevel=4)
+        warnings.warn(
+            f"save_method='merged_16bit': the model computes in {str(own).removeprefix('torch.')}; saving "
+            "float16, whose 3 more mantissa bits keep small LoRA updates that bfloat16 rounds away (pass "
+            "dtype=torch.bfloat16 or torch.float32 to choose).",
+            UserWarning,
+            stacklevel=4,
+        )
     return torch.float16
 
 
@@ -90,8 +95,10 @@ def merged_state_dict(model, dtype: torch.dtype, use_adapter: bool = True) -> di
     if dtype == torch.float16:
         overflowing = [name for name, tensor in state.items() if tensor.is_floating_point() and tensor.isinf().any()]
         if overflowing:
-            raise ValueError(f"Merged weights exceed float16's range in {overflowing[:3]}; save with "
-                             "dtype=torch.bfloat16 (or torch.float32).")
+            raise ValueError(
+                f"Merged weights exceed float16's range in {overflowing[:3]}; save with "
+                "dtype=torch.bfloat16 (or torch.float32)."
+            )
     return state
 
 
@@ -113,14 +120,19 @@ def _transformers_model(model):
 
 def save_tokenizer(tokenizer, save_directory: str) -> None:
     if tokenizer is None:
-        warnings.warn("No tokenizer given (and none recorded by FastLanguageModel.from_pretrained): the folder has "
-                      "no tokenizer; save it with tokenizer.save_pretrained(...).", UserWarning, stacklevel=4)
+        warnings.warn(
+            "No tokenizer given (and none recorded by FastLanguageModel.from_pretrained): the folder has "
+            "no tokenizer; save it with tokenizer.save_pretrained(...).",
+            UserWarning,
+            stacklevel=4,
+        )
         return
     tokenizer.save_pretrained(save_directory)
 
 
-def write_checkpoint(model, folder: str, dtype: torch.dtype, max_shard_size=MAX_SHARD_SIZE,
-                     use_adapter: bool = True) -> int:
+def write_checkpoint(
+    model, folder: str, dtype: torch.dtype, max_shard_size=MAX_SHARD_SIZE, use_adapter: bool = True
+) -> int:
     """The merged weights (safetensors, sharded above `max_shard_size`), config and generation config; returns the
     number of tensors written."""
     from huggingface_hub import save_torch_state_dict
@@ -135,13 +147,15 @@ def write_checkpoint(model, folder: str, dtype: torch.dtype, max_shard_size=MAX_
     return len(state)
 
 
-def save_merged_16bit(model, save_directory: str, tokenizer, dtype: torch.dtype, max_shard_size=MAX_SHARD_SIZE,
-                      use_adapter: bool = True) -> str:
+def save_merged_16bit(
+    model, save_directory: str, tokenizer, dtype: torch.dtype, max_shard_size=MAX_SHARD_SIZE, use_adapter: bool = True
+) -> str:
     """The merged checkpoint in `dtype` plus the tokenizer; returns the folder."""
     count = write_checkpoint(model, save_directory, dtype, max_shard_size, use_adapter)
     save_tokenizer(tokenizer, save_directory)
-    logger.info("slimrl: merged model (%s, %d tensors) saved to %s", str(dtype).removeprefix("torch."), count,
-                save_directory)
+    logger.info(
+        "slimrl: merged model (%s, %d tensors) saved to %s", str(dtype).removeprefix("torch."), count, save_directory
+    )
     return save_directory
 
 
@@ -157,8 +171,9 @@ def save_merged_4bit(model, save_directory: str, tokenizer, max_shard_size=MAX_S
     try:
         write_checkpoint(model, temp, compute)
         device_map = {"": 0} if torch.cuda.is_available() else "cpu"
-        quantized = AutoModelForCausalLM.from_pretrained(temp, dtype=compute, device_map=device_map,
-                                                         quantization_config=bnb_4bit_config(compute))
+        quantized = AutoModelForCausalLM.from_pretrained(
+            temp, dtype=compute, device_map=device_map, quantization_config=bnb_4bit_config(compute)
+        )
         quantized.save_pretrained(save_directory, max_shard_size=max_shard_size)
         save_tokenizer(tokenizer, save_directory)
     finally:

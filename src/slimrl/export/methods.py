@@ -26,16 +26,28 @@ from . import gguf_writer, hub, merged
 
 logger = logging.getLogger("slimrl")
 
-_UNSLOTH_NO_EFFECT = ("state_dict", "save_function", "variant", "save_peft_format", "tags", "temporary_location",
-                      "maximum_memory_usage", "datasets", "use_temp_dir", "first_conversion", "imatrix_file")
+_UNSLOTH_NO_EFFECT = (
+    "state_dict",
+    "save_function",
+    "variant",
+    "save_peft_format",
+    "tags",
+    "temporary_location",
+    "maximum_memory_usage",
+    "datasets",
+    "use_temp_dir",
+    "first_conversion",
+    "imatrix_file",
+)
 _lora_request_ids = itertools.count(1_000_001)  # apart from the ids the engine's own LoRA hand-over uses
 
 
 def _drop_unsloth_kwargs(method: str, kwargs: dict) -> None:
     for key in list(kwargs):
         if key in _UNSLOTH_NO_EFFECT and kwargs.pop(key) is not None:
-            warnings.warn(f"{method}: `{key}` is an Unsloth option with no effect in slimrl; ignored.", UserWarning,
-                          stacklevel=4)
+            warnings.warn(
+                f"{method}: `{key}` is an Unsloth option with no effect in slimrl; ignored.", UserWarning, stacklevel=4
+            )
     if kwargs:
         raise TypeError(f"{method}() got unexpected keyword argument(s) {sorted(kwargs)}")
 
@@ -56,8 +68,11 @@ def _recorded(model, fact: str):
 
 def _peft_model(model):
     """The PeftModel holding `model`'s adapter (itself, or the owner get_peft_model recorded)."""
-    return peft_owner(model, "This model has no LoRA adapter to save: call save_lora / save_method='lora' on the "
-                             "model FastLanguageModel.get_peft_model returned.")
+    return peft_owner(
+        model,
+        "This model has no LoRA adapter to save: call save_lora / save_method='lora' on the "
+        "model FastLanguageModel.get_peft_model returned.",
+    )
 
 
 def _check_mergeable(model) -> None:
@@ -65,8 +80,10 @@ def _check_mergeable(model) -> None:
 
     for layer in lora_layers(model).values():
         if any(getattr(layer, "use_dora", {}).values()):
-            raise NotImplementedError("Merging a DoRA adapter is not supported by slimrl (its magnitude vector is not "
-                                      "part of ΔW); save it with save_method='lora'.")
+            raise NotImplementedError(
+                "Merging a DoRA adapter is not supported by slimrl (its magnitude vector is not "
+                "part of ΔW); save it with save_method='lora'."
+            )
 
 
 def save_lora(model, save_directory):
@@ -85,29 +102,45 @@ def load_lora(model, save_directory, load_tensors: bool = False):
     """
     engine = getattr(model, "vllm_engine", None)
     if engine is None:
-        raise ValueError("load_lora returns a vLLM LoRARequest for model.fast_generate, and this model has no vLLM "
-                         "engine (FastLanguageModel.from_pretrained(..., fast_inference=True, "
-                         "vllm_weight_sync='lora')). To put a saved adapter on a model, use "
-                         "FastLanguageModel.from_pretrained(adapter_folder).")
+        raise ValueError(
+            "load_lora returns a vLLM LoRARequest for model.fast_generate, and this model has no vLLM "
+            "engine (FastLanguageModel.from_pretrained(..., fast_inference=True, "
+            "vllm_weight_sync='lora')). To put a saved adapter on a model, use "
+            "FastLanguageModel.from_pretrained(adapter_folder)."
+        )
     if getattr(engine, "weight_sync", None) != "lora":
-        raise ValueError(f"load_lora: the vLLM engine was built with vllm_weight_sync={engine.weight_sync!r}, which "
-                         "turns vLLM's LoRA support off; build it with vllm_weight_sync='lora'.")
+        raise ValueError(
+            f"load_lora: the vLLM engine was built with vllm_weight_sync={engine.weight_sync!r}, which "
+            "turns vLLM's LoRA support off; build it with vllm_weight_sync='lora'."
+        )
     save_directory = os.fspath(save_directory)
     if load_tensors:
         save_lora(model, save_directory)
     elif not os.path.isfile(os.path.join(save_directory, "adapter_config.json")):
-        raise FileNotFoundError(f"load_lora: {save_directory} holds no adapter (adapter_config.json missing); save "
-                                "one with model.save_lora(dir) or pass load_tensors=True.")
+        raise FileNotFoundError(
+            f"load_lora: {save_directory} holds no adapter (adapter_config.json missing); save "
+            "one with model.save_lora(dir) or pass load_tensors=True."
+        )
     from vllm.lora.request import LoRARequest
 
     request_id = next(_lora_request_ids)
     return LoRARequest(f"slimrl-lora-{request_id}", request_id, save_directory)
 
 
-def save_pretrained_merged(model, save_directory, tokenizer=None, save_method: str = "merged_16bit",
-                           push_to_hub: bool = False, token=None, is_main_process: bool = True,
-                           max_shard_size=merged.MAX_SHARD_SIZE, safe_serialization: bool = True, private=None,
-                           dtype=None, **unsloth_kwargs):
+def save_pretrained_merged(
+    model,
+    save_directory,
+    tokenizer=None,
+    save_method: str = "merged_16bit",
+    push_to_hub: bool = False,
+    token=None,
+    is_main_process: bool = True,
+    max_shard_size=merged.MAX_SHARD_SIZE,
+    safe_serialization: bool = True,
+    private=None,
+    dtype=None,
+    **unsloth_kwargs,
+):
     """Save the model with its LoRA merged (a new copy; the model is untouched) as a transformers folder.
 
     save_method: "merged_16bit" (float16 safetensors: vLLM, TGI, llama.cpp's converter),
@@ -118,8 +151,16 @@ def save_pretrained_merged(model, save_directory, tokenizer=None, save_method: s
     """
     _drop_unsloth_kwargs("save_pretrained_merged", unsloth_kwargs)
     if push_to_hub:
-        return push_to_hub_merged(model, save_directory, tokenizer, save_method=save_method, token=token,
-                                  private=private, max_shard_size=max_shard_size, dtype=dtype)
+        return push_to_hub_merged(
+            model,
+            save_directory,
+            tokenizer,
+            save_method=save_method,
+            token=token,
+            private=private,
+            max_shard_size=max_shard_size,
+            dtype=dtype,
+        )
     method = merged.resolve_save_method(save_method)
     if method != "lora":
         _check_mergeable(model)
@@ -135,15 +176,27 @@ def save_pretrained_merged(model, save_directory, tokenizer=None, save_method: s
         return save_directory
     if method == "merged_4bit":
         return merged.save_merged_4bit(model, save_directory, tokenizer, max_shard_size)
-    return merged.save_merged_16bit(model, save_directory, tokenizer, merged.merged_16bit_dtype(model, dtype),
-                                    max_shard_size)
+    return merged.save_merged_16bit(
+        model, save_directory, tokenizer, merged.merged_16bit_dtype(model, dtype), max_shard_size
+    )
 
 
-def push_to_hub_merged(model, repo_id: str, tokenizer=None, save_method: str = "merged_16bit",
-                       commit_message: str | None = "Trained with slimrl", private=None, token=None,
-                       max_shard_size=merged.MAX_SHARD_SIZE, create_pr: bool = False, safe_serialization: bool = True,
-                       revision: str | None = None, commit_description: str | None = None, dtype=None,
-                       **unsloth_kwargs):
+def push_to_hub_merged(
+    model,
+    repo_id: str,
+    tokenizer=None,
+    save_method: str = "merged_16bit",
+    commit_message: str | None = "Trained with slimrl",
+    private=None,
+    token=None,
+    max_shard_size=merged.MAX_SHARD_SIZE,
+    create_pr: bool = False,
+    safe_serialization: bool = True,
+    revision: str | None = None,
+    commit_description: str | None = None,
+    dtype=None,
+    **unsloth_kwargs,
+):
     """save_pretrained_merged into a temporary folder, then create the Hub repo (if needed) and upload it.
 
     token: a Hub token (default: huggingface_hub's login / HF_TOKEN). Returns the commit's URL.
@@ -151,16 +204,40 @@ def push_to_hub_merged(model, repo_id: str, tokenizer=None, save_method: str = "
     _drop_unsloth_kwargs("push_to_hub_merged", unsloth_kwargs)
     merged.resolve_save_method(save_method)
     with tempfile.TemporaryDirectory(prefix="slimrl-push-") as folder:
-        save_pretrained_merged(model, folder, tokenizer, save_method=save_method, max_shard_size=max_shard_size,
-                               safe_serialization=safe_serialization, dtype=dtype)
+        save_pretrained_merged(
+            model,
+            folder,
+            tokenizer,
+            save_method=save_method,
+            max_shard_size=max_shard_size,
+            safe_serialization=safe_serialization,
+            dtype=dtype,
+        )
         hub.write_model_card(folder, _recorded(model, "model_name"), "transformers")
-        return hub.upload_folder(folder, repo_id, token=token, private=private, commit_message=commit_message,
-                                 commit_description=commit_description, create_pr=create_pr, revision=revision)
+        return hub.upload_folder(
+            folder,
+            repo_id,
+            token=token,
+            private=private,
+            commit_message=commit_message,
+            commit_description=commit_description,
+            create_pr=create_pr,
+            revision=revision,
+        )
 
 
-def save_pretrained_gguf(model, save_directory, tokenizer=None, quantization_method="fast_quantized",
-                         push_to_hub: bool = False, token=None, is_main_process: bool = True,
-                         save_method: str | None = None, gguf_pre_tokenizer: str | None = None, **unsloth_kwargs):
+def save_pretrained_gguf(
+    model,
+    save_directory,
+    tokenizer=None,
+    quantization_method="fast_quantized",
+    push_to_hub: bool = False,
+    token=None,
+    is_main_process: bool = True,
+    save_method: str | None = None,
+    gguf_pre_tokenizer: str | None = None,
+    **unsloth_kwargs,
+):
     """Write the merged model as GGUF file(s) `<save_directory>/model.<TYPE>.gguf` (+ an Ollama `Modelfile`).
 
     quantization_method: "f16", "bf16", "f32", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", or Unsloth's aliases
@@ -173,8 +250,10 @@ def save_pretrained_gguf(model, save_directory, tokenizer=None, quantization_met
     if push_to_hub:
         raise ValueError("save_pretrained_gguf(push_to_hub=True): use model.push_to_hub_gguf(repo_id, tokenizer, ...).")
     if save_method is not None and str(save_method).lower() == "lora":
-        raise NotImplementedError("GGUF LoRA adapters are not written by slimrl; save the adapter (save_lora) and "
-                                  "convert it with llama.cpp's convert_lora_to_gguf.py, or export the merged model.")
+        raise NotImplementedError(
+            "GGUF LoRA adapters are not written by slimrl; save the adapter (save_lora) and "
+            "convert it with llama.cpp's convert_lora_to_gguf.py, or export the merged model."
+        )
     methods = list(quantization_method) if isinstance(quantization_method, (list, tuple)) else [quantization_method]
     quantizations = [gguf_writer.resolve_quantization(m) for m in methods]
     gguf_writer.architecture_of(model.config)
@@ -194,14 +273,32 @@ def save_pretrained_gguf(model, save_directory, tokenizer=None, quantization_met
     return paths if isinstance(quantization_method, (list, tuple)) else paths[0]
 
 
-def push_to_hub_gguf(model, repo_id: str, tokenizer=None, quantization_method="fast_quantized",
-                     commit_message: str | None = "Trained with slimrl", private=None, token=None,
-                     create_pr: bool = False, revision: str | None = None, commit_description: str | None = None,
-                     gguf_pre_tokenizer: str | None = None, **unsloth_kwargs):
+def push_to_hub_gguf(
+    model,
+    repo_id: str,
+    tokenizer=None,
+    quantization_method="fast_quantized",
+    commit_message: str | None = "Trained with slimrl",
+    private=None,
+    token=None,
+    create_pr: bool = False,
+    revision: str | None = None,
+    commit_description: str | None = None,
+    gguf_pre_tokenizer: str | None = None,
+    **unsloth_kwargs,
+):
     """save_pretrained_gguf into a temporary folder, then create the Hub repo (if needed) and upload it."""
     _drop_unsloth_kwargs("push_to_hub_gguf", unsloth_kwargs)
     with tempfile.TemporaryDirectory(prefix="slimrl-push-") as folder:
         save_pretrained_gguf(model, folder, tokenizer, quantization_method, gguf_pre_tokenizer=gguf_pre_tokenizer)
         hub.write_model_card(folder, _recorded(model, "model_name"), "gguf")
-        return hub.upload_folder(folder, repo_id, token=token, private=private, commit_message=commit_message,
-                                 commit_description=commit_description, create_pr=create_pr, revision=revision)
+        return hub.upload_folder(
+            folder,
+            repo_id,
+            token=token,
+            private=private,
+            commit_message=commit_message,
+            commit_description=commit_description,
+            create_pr=create_pr,
+            revision=revision,
+        )

@@ -55,9 +55,11 @@ def require_vllm() -> None:
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        raise ImportError(f"fast_inference=True needs vLLM, which is not installed: pip install {vllm_pip_package()} "
-                          "(on CPU: bash scripts/install_vllm.sh sets it up in its own environment; or use "
-                          "fast_inference=False: generation then runs through transformers' generate).")
+        raise ImportError(
+            f"fast_inference=True needs vLLM, which is not installed: pip install {vllm_pip_package()} "
+            "(on CPU: bash scripts/install_vllm.sh sets it up in its own environment; or use "
+            "fast_inference=False: generation then runs through transformers' generate)."
+        )
 
 
 def head_size_of(config) -> int:
@@ -76,12 +78,16 @@ def check_engine_support(model, dtype: torch.dtype) -> None:
     head = head_size_of(model.config)
     sizes = CPUAttentionBackend.get_supported_head_sizes()
     if head not in sizes:
-        raise ValueError(f"fast_inference=True: vLLM's CPU attention runs head sizes {sizes}, and "
-                         f"{type(model).__name__} has head size {head}. Use fast_inference=False (transformers' "
-                         "generate) for this model.")
+        raise ValueError(
+            f"fast_inference=True: vLLM's CPU attention runs head sizes {sizes}, and "
+            f"{type(model).__name__} has head size {head}. Use fast_inference=False (transformers' "
+            "generate) for this model."
+        )
     if dtype not in CPUAttentionBackend.supported_dtypes:
-        raise ValueError(f"fast_inference=True: vLLM's CPU attention runs {CPUAttentionBackend.supported_dtypes}, not "
-                         f"{dtype}; load the model with one of those dtypes.")
+        raise ValueError(
+            f"fast_inference=True: vLLM's CPU attention runs {CPUAttentionBackend.supported_dtypes}, not "
+            f"{dtype}; load the model with one of those dtypes."
+        )
 
 
 def resolve_weight_sync(mode: str, device_type: str) -> str:
@@ -95,9 +101,11 @@ def resolve_weight_sync(mode: str, device_type: str) -> str:
 def _in_process() -> None:
     """The weight hand-over passes tensors by reference to the worker: it needs vLLM's engine in this process."""
     if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") not in ("0", "false", "False"):
-        raise ValueError("VLLM_ENABLE_V1_MULTIPROCESSING is set to "
-                         f"{os.environ['VLLM_ENABLE_V1_MULTIPROCESSING']!r}: slimrl's engine runs in the trainer's "
-                         "process (weights are handed over by reference); unset it or set it to 0.")
+        raise ValueError(
+            "VLLM_ENABLE_V1_MULTIPROCESSING is set to "
+            f"{os.environ['VLLM_ENABLE_V1_MULTIPROCESSING']!r}: slimrl's engine runs in the trainer's "
+            "process (weights are handed over by reference); unset it or set it to 0."
+        )
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
 
@@ -119,12 +127,19 @@ def cpu_kv_cache_bytes(model, dtype: torch.dtype, gpu_memory_utilization: float,
     weight_bytes = sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8
     kv = int(gpu_memory_utilization * total) - weight_bytes
     if kv <= 0:
-        raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization} gives the vLLM engine "
-                         f"{gpu_memory_utilization * total / 2**30:.2f} GiB of this machine's {total / 2**30:.1f} GiB "
-                         f"RAM, less than its {weight_bytes / 2**30:.2f} GiB of weights: raise it (on CPU it is the "
-                         "fraction of RAM the engine may use), or set vllm_engine_kwargs={'kv_cache_memory_bytes': N}.")
-    logger.info("slimrl: vLLM KV cache %.2f GiB (gpu_memory_utilization=%s of %.1f GiB RAM, minus %.2f GiB weights)",
-                kv / 2**30, gpu_memory_utilization, total / 2**30, weight_bytes / 2**30)
+        raise ValueError(
+            f"gpu_memory_utilization={gpu_memory_utilization} gives the vLLM engine "
+            f"{gpu_memory_utilization * total / 2**30:.2f} GiB of this machine's {total / 2**30:.1f} GiB "
+            f"RAM, less than its {weight_bytes / 2**30:.2f} GiB of weights: raise it (on CPU it is the "
+            "fraction of RAM the engine may use), or set vllm_engine_kwargs={'kv_cache_memory_bytes': N}."
+        )
+    logger.info(
+        "slimrl: vLLM KV cache %.2f GiB (gpu_memory_utilization=%s of %.1f GiB RAM, minus %.2f GiB weights)",
+        kv / 2**30,
+        gpu_memory_utilization,
+        total / 2**30,
+        weight_bytes / 2**30,
+    )
     return kv
 
 
@@ -135,8 +150,18 @@ def _dtype_name(dtype: torch.dtype) -> str:
 class VLLMEngine:
     """A vLLM `LLM` kept in step with a training model. `generate` is what fast_generate and the trainers call."""
 
-    def __init__(self, model, source: str, *, max_seq_length: int, gpu_memory_utilization: float,
-                 max_lora_rank: int, weight_sync: str = "auto", seed: int = 0, engine_kwargs: dict | None = None):
+    def __init__(
+        self,
+        model,
+        source: str,
+        *,
+        max_seq_length: int,
+        gpu_memory_utilization: float,
+        max_lora_rank: int,
+        weight_sync: str = "auto",
+        seed: int = 0,
+        engine_kwargs: dict | None = None,
+    ):
         device_type = "cuda" if torch.cuda.is_available() else "cpu"
         self.device_type = device_type
         self.weight_sync = resolve_weight_sync(weight_sync, device_type)
@@ -148,10 +173,16 @@ class VLLMEngine:
             _cpu_threads()
         from vllm import LLM
 
-        kwargs = dict(model=source, dtype=_dtype_name(self.dtype), max_model_len=max_seq_length, seed=seed,
-                      gpu_memory_utilization=gpu_memory_utilization, distributed_executor_backend="uni",
-                      # the log-probs after temperature and logit processing: what TRL's IS correction compares to
-                      logprobs_mode="processed_logprobs")
+        kwargs = dict(
+            model=source,
+            dtype=_dtype_name(self.dtype),
+            max_model_len=max_seq_length,
+            seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization,
+            distributed_executor_backend="uni",
+            # the log-probs after temperature and logit processing: what TRL's IS correction compares to
+            logprobs_mode="processed_logprobs",
+        )
         kwargs.update(launch.engine_launch_kwargs(device_type, seed))  # one engine per rank under torchrun
         if device_type == "cpu" and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(model, self.dtype, gpu_memory_utilization)
@@ -161,16 +192,19 @@ class VLLMEngine:
             kwargs["enable_sleep_mode"] = True
         if getattr(model, "is_loaded_in_4bit", False):
             if self.weight_sync == "merged":
-                raise ValueError("vllm_weight_sync='merged' with load_in_4bit=True: a LoRA cannot be merged into "
-                                 "4-bit weights; use vllm_weight_sync='lora' (the CUDA default).")
+                raise ValueError(
+                    "vllm_weight_sync='merged' with load_in_4bit=True: a LoRA cannot be merged into "
+                    "4-bit weights; use vllm_weight_sync='lora' (the CUDA default)."
+                )
             kwargs["quantization"] = "bitsandbytes"
         for key, value in (engine_kwargs or {}).items():
             if key in kwargs and kwargs[key] != value and key != "enable_sleep_mode":
                 logger.info("slimrl: vLLM %s=%r from vllm_engine_kwargs (slimrl would use %r)", key, value, kwargs[key])
             kwargs[key] = value
         self.can_sleep = bool(kwargs.get("enable_sleep_mode")) and device_type == "cuda"
-        logger.info("slimrl: building the vLLM engine (%s, weight hand-over %r)", _dtype_name(self.dtype),
-                    self.weight_sync)
+        logger.info(
+            "slimrl: building the vLLM engine (%s, weight hand-over %r)", _dtype_name(self.dtype), self.weight_sync
+        )
         self.llm = LLM(**kwargs)
         self.engine_kwargs = kwargs
         self._held = None  # the weights.state_key the engine currently generates with
@@ -187,13 +221,15 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
 
     def check_rank(self, model) -> None:
-        """"lora" hand-over: vLLM reserves buffers for max_lora_rank; a larger adapter cannot go over."""
+        """ "lora" hand-over: vLLM reserves buffers for max_lora_rank; a larger adapter cannot go over."""
         if self.weight_sync != "lora":
             return
         for name, config in getattr(model, "peft_config", {}).items():
             if getattr(config, "r", 0) > self.max_lora_rank:
-                raise ValueError(f"LoRA adapter {name!r} has r={config.r} > max_lora_rank={self.max_lora_rank} given "
-                                 "to FastLanguageModel.from_pretrained: raise max_lora_rank.")
+                raise ValueError(
+                    f"LoRA adapter {name!r} has r={config.r} > max_lora_rank={self.max_lora_rank} given "
+                    "to FastLanguageModel.from_pretrained: raise max_lora_rank."
+                )
 
     def sync(self, model, use_adapter: bool | None = None) -> None:
         """Make the engine generate with `model`'s weights as they are now (adapter on unless disabled or asked)."""
@@ -223,15 +259,22 @@ class VLLMEngine:
         self.sync_count += 1
 
     # --- generation ------------------------------------------------------------------------------------------
-    def generate(self, prompts, sampling_params=None, *, model=None, use_adapter: bool | None = None,
-                 lora_request=None, use_tqdm: bool = False):
+    def generate(
+        self,
+        prompts,
+        sampling_params=None,
+        *,
+        model=None,
+        use_adapter: bool | None = None,
+        lora_request=None,
+        use_tqdm: bool = False,
+    ):
         """vLLM `generate` with the weights of `model` (synced first). An explicit `lora_request` is the caller's."""
         if model is not None and lora_request is None:
             self.sync(model, use_adapter)
             lora_request = self.lora_request
         self.wake()
-        return self.llm.generate(prompts, sampling_params=sampling_params, use_tqdm=use_tqdm,
-                                 lora_request=lora_request)
+        return self.llm.generate(prompts, sampling_params=sampling_params, use_tqdm=use_tqdm, lora_request=lora_request)
 
     # --- memory between phases -------------------------------------------------------------------------------
     def sleep(self) -> None:
@@ -259,8 +302,9 @@ def attach_engine(model, engine: VLLMEngine) -> None:
     """`model.vllm_engine` and `model.fast_generate` (also reachable through a PeftModel made later)."""
     model.vllm_engine = engine
 
-    def fast_generate(prompts, sampling_params=None, *, use_adapter: bool | None = None, lora_request=None,
-                      use_tqdm: bool = False):
+    def fast_generate(
+        prompts, sampling_params=None, *, use_adapter: bool | None = None, lora_request=None, use_tqdm: bool = False
+    ):
         """Generate with vLLM using this model's weights as they are now (its LoRA adapter included).
 
         prompts: a string, a list of strings, or vLLM prompt dicts ({"prompt_token_ids": [...]}).
@@ -268,14 +312,17 @@ def attach_engine(model, engine: VLLMEngine) -> None:
         use_adapter: False = the base model; None = the adapter unless inside `model.disable_adapter()`.
         lora_request: a vllm LoRARequest to use instead (the caller's choice; no sync).
         """
-        return engine.generate(prompts, sampling_params, model=model, use_adapter=use_adapter,
-                               lora_request=lora_request, use_tqdm=use_tqdm)
+        return engine.generate(
+            prompts, sampling_params, model=model, use_adapter=use_adapter, lora_request=lora_request, use_tqdm=use_tqdm
+        )
 
     model.fast_generate = fast_generate
 
 
-NO_PEFT_OWNER = ("vllm_weight_sync='lora' needs the PeftModel to save the adapter: call fast_generate on the model "
-                 "FastLanguageModel.get_peft_model returned.")
+NO_PEFT_OWNER = (
+    "vllm_weight_sync='lora' needs the PeftModel to save the adapter: call fast_generate on the model "
+    "FastLanguageModel.get_peft_model returned."
+)
 
 
 def engine_of(model):
@@ -287,5 +334,8 @@ def engine_of(model):
 
 
 def warn_unused(field: str, value) -> None:
-    warnings.warn(f"{field}={value!r}: the model's vLLM engine (fast_inference=True) is not used for rollouts.",
-                  UserWarning, stacklevel=4)
+    warnings.warn(
+        f"{field}={value!r}: the model's vLLM engine (fast_inference=True) is not used for rollouts.",
+        UserWarning,
+        stacklevel=4,
+    )

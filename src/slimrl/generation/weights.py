@@ -108,8 +108,10 @@ def check_mergeable(model) -> None:
     """DoRA's magnitude vector is not part of get_delta_weight, and vLLM has no DoRA: refuse rather than drift."""
     for layer in lora_layers(model).values():
         if any(getattr(layer, "use_dora", {}).values()):
-            raise NotImplementedError("fast_inference=True with use_dora=True: vLLM has no DoRA, and a merged DoRA "
-                                      "would not match training. Use fast_inference=False or plain LoRA.")
+            raise NotImplementedError(
+                "fast_inference=True with use_dora=True: vLLM has no DoRA, and a merged DoRA "
+                "would not match training. Use fast_inference=False or plain LoRA."
+            )
 
 
 class AdapterFolders:

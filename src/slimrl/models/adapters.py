@@ -56,8 +56,10 @@ def set_base_model_name(peft_model, model) -> None:
 
 def _quiet_peft_vocabulary_check(name: str) -> None:
     """Filter peft's two save-time warnings about finding no config.json for `name` (see the module docstring)."""
-    pattern = rf"(Unable to fetch remote file .* config\.json in {re.escape(name)}\.|Could not find a config file in " \
-              rf"{re.escape(name)} - )"
+    pattern = (
+        rf"(Unable to fetch remote file .* config\.json in {re.escape(name)}\.|Could not find a config file in "
+        rf"{re.escape(name)} - )"
+    )
     if not any(f[1] is not None and f[1].pattern == pattern for f in warnings.filters):
         warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
 
@@ -65,21 +67,28 @@ def _quiet_peft_vocabulary_check(name: str) -> None:
 def is_adapter_folder(model_name) -> bool:
     """A local folder holding a PEFT adapter and no full model (config.json absent)."""
     path = os.fspath(model_name)
-    return (os.path.isdir(path) and os.path.isfile(os.path.join(path, ADAPTER_CONFIG))
-            and not os.path.isfile(os.path.join(path, "config.json")))
+    return (
+        os.path.isdir(path)
+        and os.path.isfile(os.path.join(path, ADAPTER_CONFIG))
+        and not os.path.isfile(os.path.join(path, "config.json"))
+    )
 
 
 def adapter_base_name(folder: str) -> str:
     with open(os.path.join(folder, ADAPTER_CONFIG)) as f:
         name = json.load(f).get("base_model_name_or_path")
     if not name:
-        raise ValueError(f"{folder}/{ADAPTER_CONFIG} names no base model (base_model_name_or_path is empty); load the "
-                         "base with FastLanguageModel.from_pretrained(base) and the adapter with "
-                         "peft.PeftModel.from_pretrained(model, folder).")
+        raise ValueError(
+            f"{folder}/{ADAPTER_CONFIG} names no base model (base_model_name_or_path is empty); load the "
+            "base with FastLanguageModel.from_pretrained(base) and the adapter with "
+            "peft.PeftModel.from_pretrained(model, folder)."
+        )
     if not embedded.is_embedded_name(name) and os.path.isabs(name) and not os.path.exists(name):
-        raise FileNotFoundError(f"The adapter in {folder} was trained on {name}, which is not on this machine; pass "
-                                "the base yourself: PeftModel.from_pretrained(FastLanguageModel.from_pretrained(base)"
-                                "[0], folder).")
+        raise FileNotFoundError(
+            f"The adapter in {folder} was trained on {name}, which is not on this machine; pass "
+            "the base yourself: PeftModel.from_pretrained(FastLanguageModel.from_pretrained(base)"
+            "[0], folder)."
+        )
     return name
 
 

@@ -127,8 +127,9 @@ def _disable(base) -> None:
         base._set_gradient_checkpointing(enable=False)
 
 
-def _pinned_gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, every_n_layers=1, offload=False,
-                                          **_ignored):
+def _pinned_gradient_checkpointing_enable(
+    self, gradient_checkpointing_kwargs=None, every_n_layers=1, offload=False, **_ignored
+):
     """Instance override of `gradient_checkpointing_enable`: enables the model's slimrl mode, whatever was asked."""
     state = model_state(self)
     mode = state.checkpointing or False
@@ -145,7 +146,9 @@ def _pinned_gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=No
         state.warned.add("offload not configured")
         logger.warning(
             "`activation_checkpointing_kwargs['offload']=True` was asked but the model was set up with "
-            "use_gradient_checkpointing=%r; keeping %r (use use_gradient_checkpointing='offload').", mode, mode,
+            "use_gradient_checkpointing=%r; keeping %r (use use_gradient_checkpointing='offload').",
+            mode,
+            mode,
         )
     _enable(self, mode, gradient_checkpointing_kwargs, every_n_layers)
 

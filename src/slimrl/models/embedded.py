@@ -83,8 +83,9 @@ def _sweep_stale_temporaries(parent: Path, prefix: str) -> None:
             pass
 
 
-def ensure_cached_folder(name: str, produce: Callable[[str], None], info: dict | None = None,
-                         root: Path | None = None) -> str:
+def ensure_cached_folder(
+    name: str, produce: Callable[[str], None], info: dict | None = None, root: Path | None = None
+) -> str:
     """Return `<cache>/models/<name>`, calling `produce(tmp_folder)` to build it first if it is not complete.
 
     `produce` writes into a fresh temporary folder; the folder is renamed into place only after it returns and
@@ -138,8 +139,9 @@ def embedded_model_path(convert: Callable[[str, str], None] = convert_gguf_to_fo
     return gguf_cached_folder(embedded_gguf_path(), stem="SmolLM2-135M-Instruct-Q4_1", convert=convert)
 
 
-def gguf_cached_folder(gguf_path: str, stem: str | None = None,
-                       convert: Callable[[str, str], None] | None = None) -> str:
+def gguf_cached_folder(
+    gguf_path: str, stem: str | None = None, convert: Callable[[str, str], None] | None = None
+) -> str:
     """A GGUF file's dequantized safetensors copy in slimrl's cache (what a vLLM engine loads), built once.
 
     stem: the cache entry's name before the format/size suffix (default: the file name without `.gguf`).

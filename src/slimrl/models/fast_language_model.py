@@ -25,6 +25,7 @@ from .loading import load_model_and_tokenizer
 
 logger = logging.getLogger("slimrl")
 
+
 def check_fast_inference(load_in_4bit: bool, vllm_weight_sync: str) -> None:
     """What fast_inference=True needs, checked before any loading."""
     import torch
@@ -37,17 +38,28 @@ def check_fast_inference(load_in_4bit: bool, vllm_weight_sync: str) -> None:
     check_vllm()
     resolve_weight_sync(vllm_weight_sync, "cpu")  # only for its check of the value
     if load_in_4bit and not torch.cuda.is_available():
-        raise NotImplementedError("fast_inference=True with load_in_4bit=True needs a CUDA GPU (vLLM's bitsandbytes "
-                                  "path); on CPU use one of them.")
+        raise NotImplementedError(
+            "fast_inference=True with load_in_4bit=True needs a CUDA GPU (vLLM's bitsandbytes "
+            "path); on CPU use one of them."
+        )
 
 
 class FastLanguageModel:
     """Load a causal LM, add LoRA adapters, and switch it between generation and training."""
 
     @staticmethod
-    def from_pretrained(model_name="smollm2-135m", max_seq_length: int = 2048, dtype=None, load_in_4bit: bool = False,
-                        fast_inference: bool = False, gpu_memory_utilization: float = 0.5, max_lora_rank: int = 64,
-                        vllm_weight_sync: str = "auto", vllm_engine_kwargs: dict | None = None, **kwargs):
+    def from_pretrained(
+        model_name="smollm2-135m",
+        max_seq_length: int = 2048,
+        dtype=None,
+        load_in_4bit: bool = False,
+        fast_inference: bool = False,
+        gpu_memory_utilization: float = 0.5,
+        max_lora_rank: int = 64,
+        vllm_weight_sync: str = "auto",
+        vllm_engine_kwargs: dict | None = None,
+        **kwargs,
+    ):
         """Load `(model, tokenizer)`.
 
         model_name: a Hub id, a local folder, a `.gguf` file, or "smollm2-135m" / "SmolLM2-135M-Instruct" (the
@@ -68,18 +80,29 @@ class FastLanguageModel:
             Unsloth-only options without meaning here are warned about and ignored.
         """
         if adapters.is_adapter_folder(model_name):
-            load_base = functools.partial(FastLanguageModel.from_pretrained, max_seq_length=max_seq_length,
-                                          dtype=dtype, load_in_4bit=load_in_4bit, fast_inference=fast_inference,
-                                          gpu_memory_utilization=gpu_memory_utilization, max_lora_rank=max_lora_rank,
-                                          vllm_weight_sync=vllm_weight_sync, vllm_engine_kwargs=vllm_engine_kwargs,
-                                          **kwargs)
+            load_base = functools.partial(
+                FastLanguageModel.from_pretrained,
+                max_seq_length=max_seq_length,
+                dtype=dtype,
+                load_in_4bit=load_in_4bit,
+                fast_inference=fast_inference,
+                gpu_memory_utilization=gpu_memory_utilization,
+                max_lora_rank=max_lora_rank,
+                vllm_weight_sync=vllm_weight_sync,
+                vllm_engine_kwargs=vllm_engine_kwargs,
+                **kwargs,
+            )
             peft_model, tokenizer = adapters.load_adapter_folder(os.fspath(model_name), load_base)
             return attach_export_methods(peft_model), tokenizer
         if fast_inference:
             check_fast_inference(load_in_4bit, vllm_weight_sync)
         model, tokenizer, options = load_model_and_tokenizer(
-            model_name, max_seq_length=max_seq_length, dtype=dtype, load_in_4bit=load_in_4bit,
-            local_folder=fast_inference, **kwargs
+            model_name,
+            max_seq_length=max_seq_length,
+            dtype=dtype,
+            load_in_4bit=load_in_4bit,
+            local_folder=fast_inference,
+            **kwargs,
         )
         if "use_gradient_checkpointing" in options:
             checkpointing.apply_checkpointing(model, options["use_gradient_checkpointing"])
@@ -87,16 +110,30 @@ class FastLanguageModel:
             from ..generation.vllm_engine import VLLMEngine, attach_engine, check_engine_support
 
             check_engine_support(model, model_state(model).dtype)
-            engine = VLLMEngine(model, options["source_path"], max_seq_length=max_seq_length,
-                                gpu_memory_utilization=gpu_memory_utilization, max_lora_rank=max_lora_rank,
-                                weight_sync=vllm_weight_sync, engine_kwargs=vllm_engine_kwargs)
+            engine = VLLMEngine(
+                model,
+                options["source_path"],
+                max_seq_length=max_seq_length,
+                gpu_memory_utilization=gpu_memory_utilization,
+                max_lora_rank=max_lora_rank,
+                weight_sync=vllm_weight_sync,
+                engine_kwargs=vllm_engine_kwargs,
+            )
             attach_engine(model, engine)
         return attach_export_methods(model), tokenizer
 
     @staticmethod
-    def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16, lora_dropout: float = 0.0,
-                       bias: str = "none", use_gradient_checkpointing=True, random_state: int = 3407,
-                       **peft_kwargs):
+    def get_peft_model(
+        model,
+        r: int = 16,
+        target_modules=None,
+        lora_alpha: int = 16,
+        lora_dropout: float = 0.0,
+        bias: str = "none",
+        use_gradient_checkpointing=True,
+        random_state: int = 3407,
+        **peft_kwargs,
+    ):
         """Add LoRA adapters (peft) and configure gradient checkpointing; returns the PeftModel.
 
         target_modules: None = every Linear inside the decoder blocks (never lm_head).
@@ -105,10 +142,17 @@ class FastLanguageModel:
         random_state: seeds the adapter initialisation (the global RNG is left untouched).
         peft_kwargs: any other LoraConfig field (use_rslora, modules_to_save, init_lora_weights, ...).
         """
-        return lora.get_peft_model(model, r=r, target_modules=target_modules, lora_alpha=lora_alpha,
-                                   lora_dropout=lora_dropout, bias=bias,
-                                   use_gradient_checkpointing=use_gradient_checkpointing,
-                                   random_state=random_state, **peft_kwargs)
+        return lora.get_peft_model(
+            model,
+            r=r,
+            target_modules=target_modules,
+            lora_alpha=lora_alpha,
+            lora_dropout=lora_dropout,
+            bias=bias,
+            use_gradient_checkpointing=use_gradient_checkpointing,
+            random_state=random_state,
+            **peft_kwargs,
+        )
 
     @staticmethod
     def for_inference(model):

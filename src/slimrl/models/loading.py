@@ -43,16 +43,29 @@ CHATML_TEMPLATE = (
 )
 
 _DTYPE_NAMES = {
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
 }
 # from_pretrained keywords that also concern the tokenizer
 _TOKENIZER_KWARGS = ("trust_remote_code", "revision", "token", "cache_dir", "local_files_only", "subfolder")
 # Unsloth keywords that have no meaning here: accepted, warned about, dropped
 _IGNORED_UNSLOTH_KWARGS = (
-    "fix_tokenizer", "use_exact_model_name", "float8_kv_cache", "unsloth_vllm_standby", "disable_log_stats",
-    "random_state", "resize_model_vocab", "load_in_16bit", "fast_inference_kwargs", "qat_scheme",
+    "fix_tokenizer",
+    "use_exact_model_name",
+    "float8_kv_cache",
+    "unsloth_vllm_standby",
+    "disable_log_stats",
+    "random_state",
+    "resize_model_vocab",
+    "load_in_16bit",
+    "fast_inference_kwargs",
+    "qat_scheme",
 )
 
 
@@ -113,8 +126,10 @@ def split_kwargs(kwargs: dict) -> tuple[dict, dict]:
         raise NotImplementedError("load_in_8bit=True is not supported by slimrl; use load_in_4bit=True or neither.")
     for key in _IGNORED_UNSLOTH_KWARGS:
         if key in hf_kwargs:
-            warnings.warn(f"FastLanguageModel.from_pretrained: `{key}` is an Unsloth option with no effect in slimrl; "
-                          "ignored.", stacklevel=4)
+            warnings.warn(
+                f"FastLanguageModel.from_pretrained: `{key}` is an Unsloth option with no effect in slimrl; ignored.",
+                stacklevel=4,
+            )
             hf_kwargs.pop(key)
     return hf_kwargs, options
 
@@ -146,8 +161,14 @@ def process_device_map() -> dict | None:
     return {"": int(os.environ.get("LOCAL_RANK", "0"))}
 
 
-def _from_pretrained(path: str, dtype: torch.dtype, load_in_4bit: bool, device_type: str, hf_kwargs: dict,
-                     allow_unsafe_weights: bool = False):
+def _from_pretrained(
+    path: str,
+    dtype: torch.dtype,
+    load_in_4bit: bool,
+    device_type: str,
+    hf_kwargs: dict,
+    allow_unsafe_weights: bool = False,
+):
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     kwargs = dict(hf_kwargs)
@@ -172,8 +193,9 @@ def _from_pretrained(path: str, dtype: torch.dtype, load_in_4bit: bool, device_t
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except OSError as exc:
-        if "no file named model.safetensors" in str(exc) or "does not appear to have a file named model.safetensors" \
-                in str(exc):
+        if "no file named model.safetensors" in str(
+            exc
+        ) or "does not appear to have a file named model.safetensors" in str(exc):
             raise pickle_only_error(path) from exc
         raise
     except (RuntimeError, ImportError, ValueError) as exc:
@@ -208,8 +230,9 @@ def _weights_source(name: str, load_in_4bit: bool, local_folder: bool, hf_kwargs
         yield path
 
 
-def load_model_and_tokenizer(model_name, max_seq_length: int = 2048, dtype=None, load_in_4bit: bool = False,
-                             local_folder: bool = False, **kwargs):
+def load_model_and_tokenizer(
+    model_name, max_seq_length: int = 2048, dtype=None, load_in_4bit: bool = False, local_folder: bool = False, **kwargs
+):
     """Load (model, tokenizer) with slimrl's conventions; returns them plus the slimrl-only options.
 
     local_folder: a GGUF file goes through a cached safetensors folder (what vLLM loads); the folder (or the Hub id)
@@ -220,13 +243,19 @@ def load_model_and_tokenizer(model_name, max_seq_length: int = 2048, dtype=None,
         raise ValueError("full_finetuning=True and load_in_4bit=True: a 4-bit base cannot be fully fine-tuned.")
     device_type = _target_device_type(hf_kwargs)
     chosen, reason = choose_dtype(dtype, device_type)
-    logger.info("slimrl: loading %s in %s (%s)%s", model_name, str(chosen).removeprefix("torch."), reason,
-                " with 4-bit NF4 weights" if load_in_4bit else "")
+    logger.info(
+        "slimrl: loading %s in %s (%s)%s",
+        model_name,
+        str(chosen).removeprefix("torch."),
+        reason,
+        " with 4-bit NF4 weights" if load_in_4bit else "",
+    )
 
     start = time.perf_counter()
     with _weights_source(os.fspath(model_name), load_in_4bit, local_folder, hf_kwargs) as path:
-        model, tokenizer = _from_pretrained(path, chosen, load_in_4bit, device_type, hf_kwargs,
-                                            options.get("allow_unsafe_weights", False))
+        model, tokenizer = _from_pretrained(
+            path, chosen, load_in_4bit, device_type, hf_kwargs, options.get("allow_unsafe_weights", False)
+        )
         options["source_path"] = path
 
     if load_in_4bit and device_type == "cpu":
@@ -236,8 +265,13 @@ def load_model_and_tokenizer(model_name, max_seq_length: int = 2048, dtype=None,
 
     max_positions = getattr(model.config, "max_position_embeddings", None)
     if max_positions is not None and max_seq_length > max_positions:
-        logger.warning("max_seq_length=%d exceeds the model's max_position_embeddings=%d; quality beyond %d tokens "
-                       "is not guaranteed", max_seq_length, max_positions, max_positions)
+        logger.warning(
+            "max_seq_length=%d exceeds the model's max_position_embeddings=%d; quality beyond %d tokens "
+            "is not guaranteed",
+            max_seq_length,
+            max_positions,
+            max_positions,
+        )
     model.max_seq_length = max_seq_length
     state = model_state(model)
     state.tokenizer, state.dtype, state.model_name = tokenizer, chosen, adapters.requested_model_name(model_name)

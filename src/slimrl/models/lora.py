@@ -58,8 +58,10 @@ def default_target_modules(model) -> list[str]:
                 names.add(name.rsplit(".", 1)[-1])
     names.discard("lm_head")
     if not names:
-        raise ValueError(f"Found no Linear layers inside the decoder blocks of {type(model).__name__}; "
-                         "pass target_modules explicitly.")
+        raise ValueError(
+            f"Found no Linear layers inside the decoder blocks of {type(model).__name__}; "
+            "pass target_modules explicitly."
+        )
     return sorted(names)
 
 
@@ -71,12 +73,23 @@ def check_target_modules(model, target_modules) -> None:
     names = [name for name, _ in model.named_modules()]
     missing = [t for t in target_modules if not any(n == t or n.endswith("." + t) for n in names)]
     if missing:
-        raise ValueError(f"target_modules {missing} are not modules of {type(model).__name__}. Its projections: "
-                         f"{default_target_modules(model)} (target_modules=None takes them all).")
+        raise ValueError(
+            f"target_modules {missing} are not modules of {type(model).__name__}. Its projections: "
+            f"{default_target_modules(model)} (target_modules=None takes them all)."
+        )
 
 
-def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16, lora_dropout: float = 0.0,
-                   bias: str = "none", use_gradient_checkpointing=True, random_state: int = 3407, **peft_kwargs):
+def get_peft_model(
+    model,
+    r: int = 16,
+    target_modules=None,
+    lora_alpha: int = 16,
+    lora_dropout: float = 0.0,
+    bias: str = "none",
+    use_gradient_checkpointing=True,
+    random_state: int = 3407,
+    **peft_kwargs,
+):
     """Wrap `model` in a LoRA PeftModel and configure checkpointing; see FastLanguageModel.get_peft_model."""
     from peft import LoraConfig, PeftModel
     from peft import get_peft_model as peft_get_peft_model
@@ -85,8 +98,10 @@ def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16
 
     mode = checkpointing.normalize_mode(use_gradient_checkpointing)
     if isinstance(model, PeftModel):
-        warnings.warn("get_peft_model: the model already has LoRA adapters; returning it unchanged "
-                      "(checkpointing mode updated).", stacklevel=3)
+        warnings.warn(
+            "get_peft_model: the model already has LoRA adapters; returning it unchanged (checkpointing mode updated).",
+            stacklevel=3,
+        )
         return checkpointing.apply_checkpointing(model, mode)
 
     max_seq_length = peft_kwargs.pop("max_seq_length", None)
@@ -94,8 +109,9 @@ def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16
         model.max_seq_length = max_seq_length
     for key in _UNSLOTH_ONLY:
         if key in peft_kwargs:
-            warnings.warn(f"get_peft_model: `{key}` is an Unsloth option with no effect in slimrl; ignored.",
-                          stacklevel=3)
+            warnings.warn(
+                f"get_peft_model: `{key}` is an Unsloth option with no effect in slimrl; ignored.", stacklevel=3
+            )
             peft_kwargs.pop(key)
     lora_fields = {f.name for f in dataclasses.fields(LoraConfig)}
     unknown = sorted(set(peft_kwargs) - lora_fields)
@@ -106,8 +122,9 @@ def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16
     else:
         check_target_modules(model, target_modules)
     peft_kwargs.setdefault("task_type", "CAUSAL_LM")
-    config = LoraConfig(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, bias=bias,
-                        target_modules=target_modules, **peft_kwargs)
+    config = LoraConfig(
+        r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, bias=bias, target_modules=target_modules, **peft_kwargs
+    )
 
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
@@ -119,8 +136,13 @@ def get_peft_model(model, r: int = 16, target_modules=None, lora_alpha: int = 16
     set_peft_owner(model, peft_model)
     if getattr(model, "vllm_engine", None) is not None:
         model.vllm_engine.check_rank(peft_model)  # now, not at the first rollout
-    logger.info("slimrl: LoRA r=%d alpha=%s on %s; trainable %d of %d parameters", r, lora_alpha, target_modules,
-                *_parameter_counts(peft_model))
+    logger.info(
+        "slimrl: LoRA r=%d alpha=%s on %s; trainable %d of %d parameters",
+        r,
+        lora_alpha,
+        target_modules,
+        *_parameter_counts(peft_model),
+    )
     return checkpointing.apply_checkpointing(peft_model, mode)
 
 

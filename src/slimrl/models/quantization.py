@@ -26,12 +26,18 @@ CPU_REPACK_FLAG = "support_avx512bf16_for_cpu"
 def bnb_4bit_config(compute_dtype: torch.dtype):
     """The `BitsAndBytesConfig` for NF4 loading, or an ImportError saying how to install bitsandbytes."""
     if importlib.util.find_spec("bitsandbytes") is None:
-        raise ImportError(f"load_in_4bit=True needs bitsandbytes, which is not installed: {_INSTALL}, "
-                          "or load with load_in_4bit=False.")
+        raise ImportError(
+            f"load_in_4bit=True needs bitsandbytes, which is not installed: {_INSTALL}, "
+            "or load with load_in_4bit=False."
+        )
     from transformers import BitsAndBytesConfig
 
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute_dtype,
-                              bnb_4bit_use_double_quant=False)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=compute_dtype,
+        bnb_4bit_use_double_quant=False,
+    )
 
 
 def disable_cpu_repacking(model) -> int:

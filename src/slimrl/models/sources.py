@@ -30,8 +30,10 @@ def looks_like_path(name: str) -> bool:
 def check_local_source(name: str) -> None:
     """A path that does not exist, or a `.gguf` that is not a whole GGUF file, raises ModelSourceError."""
     if looks_like_path(name) and not os.path.exists(os.path.expanduser(name)):
-        raise ModelSourceError(f"No model folder or file at {name!r}. Check the path, or pass a Hub id "
-                               "('org/name'), or 'smollm2-135m' for the embedded model.")
+        raise ModelSourceError(
+            f"No model folder or file at {name!r}. Check the path, or pass a Hub id "
+            "('org/name'), or 'smollm2-135m' for the embedded model."
+        )
     if name.lower().endswith(".gguf"):
         check_gguf_file(name)
 
@@ -44,28 +46,38 @@ def check_gguf_file(path: str) -> None:
         try:
             needed = _declared_size(f)
         except (struct.error, ValueError, KeyError) as exc:
-            raise ModelSourceError(f"{path} is not a readable GGUF file (its header is cut off or corrupt: {exc}). "
-                                   "Download it again.") from exc
+            raise ModelSourceError(
+                f"{path} is not a readable GGUF file (its header is cut off or corrupt: {exc}). Download it again."
+            ) from exc
     size = os.path.getsize(path)
     if size < needed:
-        raise ModelSourceError(f"{path} is truncated: its header declares {needed:,} bytes of data, the file has "
-                               f"{size:,}. Download it again.")
+        raise ModelSourceError(
+            f"{path} is truncated: its header declares {needed:,} bytes of data, the file has "
+            f"{size:,}. Download it again."
+        )
 
 
 def hub_error(path: str, exc: OSError) -> ModelSourceError:
     """A Hub id transformers could not load, said with what was tried."""
-    offline = " (HF_HUB_OFFLINE is set: only models already in the local cache load)" if os.environ.get(
-        "HF_HUB_OFFLINE") in ("1", "true", "True") else ""
-    return ModelSourceError(f"{path!r} is not a local folder, and it could not be loaded as a Hugging Face Hub id"
-                            f"{offline}: {str(exc).splitlines()[0]} Check the name, pass a local folder or a .gguf "
-                            "file, or 'smollm2-135m' for the embedded model.")
+    offline = (
+        " (HF_HUB_OFFLINE is set: only models already in the local cache load)"
+        if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True")
+        else ""
+    )
+    return ModelSourceError(
+        f"{path!r} is not a local folder, and it could not be loaded as a Hugging Face Hub id"
+        f"{offline}: {str(exc).splitlines()[0]} Check the name, pass a local folder or a .gguf "
+        "file, or 'smollm2-135m' for the embedded model."
+    )
 
 
 def pickle_only_error(path: str) -> ModelSourceError:
-    return ModelSourceError(f"{path} holds no safetensors weights, only pickle ones (pytorch_model.bin): unpickling "
-                            "runs whatever code the file holds, so slimrl does not load them by default. If you trust "
-                            "the source, pass allow_unsafe_weights=True to FastLanguageModel.from_pretrained; better, "
-                            "convert it once (model.save_pretrained(folder) writes safetensors).")
+    return ModelSourceError(
+        f"{path} holds no safetensors weights, only pickle ones (pytorch_model.bin): unpickling "
+        "runs whatever code the file holds, so slimrl does not load them by default. If you trust "
+        "the source, pass allow_unsafe_weights=True to FastLanguageModel.from_pretrained; better, "
+        "convert it once (model.save_pretrained(folder) writes safetensors)."
+    )
 
 
 def _read(f, fmt: str):

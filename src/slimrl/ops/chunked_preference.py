@@ -70,13 +70,20 @@ def token_stats(hidden, weight, bias, targets, softcap=None, logit_scale=1.0, nu
     n_scored = int(scored.sum())
     chunks = resolve_num_chunks(n_scored, V, num_chunks, buffers=1)
     lp, _, _, mean_scored, _ = LeanLogProbFunction.apply(
-        hidden[scored], weight, bias, targets[scored], 1.0, chunks, softcap, logit_scale, ("mean_logits",))
+        hidden[scored], weight, bias, targets[scored], 1.0, chunks, softcap, logit_scale, ("mean_logits",)
+    )
     # `masked_scatter` keeps the output connected to the graph even when nothing is scored
     log_probs = lp.new_zeros(targets.shape).masked_scatter(scored, lp)
     mean_logits = torch.empty(targets.shape, device=hidden.device, dtype=torch.float32)
     mean_logits[scored] = mean_scored
-    mean_logits[~scored] = vocab_mean_logits(hidden.detach()[~scored], weight.detach(), None if bias is None else
-                                             bias.detach(), softcap, logit_scale, num_chunks)
+    mean_logits[~scored] = vocab_mean_logits(
+        hidden.detach()[~scored],
+        weight.detach(),
+        None if bias is None else bias.detach(),
+        softcap,
+        logit_scale,
+        num_chunks,
+    )
     return log_probs, mean_logits
 
 
@@ -95,9 +102,20 @@ def _shift(labels: torch.Tensor) -> torch.Tensor:
     return torch.cat([labels[:, 1:], labels.new_full((labels.shape[0], 1), IGNORE)], dim=1)
 
 
-def preference_stats(hidden, weight, bias, labels, *, num_chosen: int, average_log_prob: bool, nll_labels=None,
-                     logits_drop_last: bool = False, softcap=None, logit_scale=1.0,
-                     num_chunks=AUTO_CHUNKS) -> PreferenceStats:
+def preference_stats(
+    hidden,
+    weight,
+    bias,
+    labels,
+    *,
+    num_chosen: int,
+    average_log_prob: bool,
+    nll_labels=None,
+    logits_drop_last: bool = False,
+    softcap=None,
+    logit_scale=1.0,
+    num_chunks=AUTO_CHUNKS,
+) -> PreferenceStats:
     """Stock's per-sequence log-probs, chosen NLL and mean-logits metrics from `hidden` [R, T, H] (decoder-only).
 
     labels [R, T]: the log-prob labels (-100 = ignored), unshifted as in TRL. nll_labels [R, T] or None: the NLL
@@ -114,8 +132,9 @@ def preference_stats(hidden, weight, bias, labels, *, num_chosen: int, average_l
         tgt_nll[num_chosen:] = IGNORE
         primary = torch.where(tgt != IGNORE, tgt, tgt_nll)
         extra = (tgt != IGNORE) & (tgt_nll != IGNORE) & (tgt_nll != tgt)
-    log_probs, mean_logits = token_stats(flat_hidden, weight, bias, primary.reshape(-1), softcap, logit_scale,
-                                         num_chunks)
+    log_probs, mean_logits = token_stats(
+        flat_hidden, weight, bias, primary.reshape(-1), softcap, logit_scale, num_chunks
+    )
     log_probs = log_probs.view(R, T)
 
     mask = tgt != IGNORE
@@ -129,16 +148,18 @@ def preference_stats(hidden, weight, bias, labels, *, num_chosen: int, average_l
         nll_mask = tgt_nll != IGNORE
         nll_logp = log_probs
         if bool(extra.any()):
-            extra_lp, _ = token_stats(flat_hidden[extra.reshape(-1)], weight, bias, tgt_nll[extra], softcap,
-                                      logit_scale, num_chunks)
+            extra_lp, _ = token_stats(
+                flat_hidden[extra.reshape(-1)], weight, bias, tgt_nll[extra], softcap, logit_scale, num_chunks
+            )
             nll_logp = log_probs.masked_scatter(extra, extra_lp)
         chosen_mask = nll_mask[:num_chosen]
         chosen_nll = -(nll_logp[:num_chosen] * chosen_mask).sum() / chosen_mask.sum()
 
     positions = T - 1 if logits_drop_last else T
     mean_logits = mean_logits.view(R, T)[:, :positions]
-    return PreferenceStats(logps, token_counts, chosen_nll, mean_logits[:num_chosen].mean(),
-                           mean_logits[num_chosen:].mean())
+    return PreferenceStats(
+        logps, token_counts, chosen_nll, mean_logits[:num_chosen].mean(), mean_logits[num_chosen:].mean()
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -216,8 +237,9 @@ class _GraphCarrier(torch.autograd.Function):
         return (grad_probe, *([None] * ctx.num_statistics))
 
 
-def lean_policy_forward(model, lm_head, causal_lm, input_ids, attention_mask, model_kwargs: dict, packed=None,
-                        **stats_kwargs):
+def lean_policy_forward(
+    model, lm_head, causal_lm, input_ids, attention_mask, model_kwargs: dict, packed=None, **stats_kwargs
+):
     """`model(input_ids, attention_mask=..., use_cache=False, **model_kwargs)` as stock calls it, with the lm_head
     swapped for `preference_stats(hidden, ..., **stats_kwargs)`. Returns `(outputs, stats)`; `outputs.logits` is the
     4-column probe, in the dtype stock's logits would have had.
@@ -231,20 +253,24 @@ def lean_policy_forward(model, lm_head, causal_lm, input_ids, attention_mask, mo
     softcap, logit_scale = logit_postprocessing(causal_lm.config.get_text_config())
     num_chunks = num_chunks_of(causal_lm)
     weight, bias = lm_head.weight, lm_head.bias
-    call = dict(input_ids=input_ids, attention_mask=attention_mask) if packed is None else model_inputs(packed,
-                                                                                                        causal_lm)
+    call = (
+        dict(input_ids=input_ids, attention_mask=attention_mask) if packed is None else model_inputs(packed, causal_lm)
+    )
     box = {}
 
     def head(hidden):
         if "stats" in box:
             raise RuntimeError("slimrl's lean preference head: the model called lm_head twice in one forward")
         if tuple(hidden.shape[:2]) != tuple(call["input_ids"].shape):
-            raise RuntimeError(f"slimrl's lean preference head: lm_head got hidden states {tuple(hidden.shape)} for "
-                               f"input ids {tuple(call['input_ids'].shape)} (the model does not score every position)")
+            raise RuntimeError(
+                f"slimrl's lean preference head: lm_head got hidden states {tuple(hidden.shape)} for "
+                f"input ids {tuple(call['input_ids'].shape)} (the model does not score every position)"
+            )
         hidden = hidden.to(weight.device)
         rows_hidden = hidden if packed is None else unpack_rows(hidden, packed)
-        box["stats"] = preference_stats(rows_hidden, weight, bias, softcap=softcap, logit_scale=logit_scale,
-                                        num_chunks=num_chunks, **stats_kwargs)
+        box["stats"] = preference_stats(
+            rows_hidden, weight, bias, softcap=softcap, logit_scale=logit_scale, num_chunks=num_chunks, **stats_kwargs
+        )
         cols = probe_columns(weight.shape[0], weight.device)
         with torch.no_grad():
             box["probe"] = torch.nn.functional.linear(hidden, weight[cols], None if bias is None else bias[cols])
@@ -258,5 +284,6 @@ def lean_policy_forward(model, lm_head, causal_lm, input_ids, attention_mask, mo
         raise RuntimeError(
             f"slimrl's lean preference head: {type(causal_lm).__name__} post-processes its lm_head output in a way "
             f"slimrl does not reproduce (softcap={softcap}, logit_scale={logit_scale} from the config). "
-            "Use stock TRL for this model: slimrl.unpatch('orpo') / unpatch('cpo').")
+            "Use stock TRL for this model: slimrl.unpatch('orpo') / unpatch('cpo')."
+        )
     return outputs, box["stats"]

@@ -152,8 +152,18 @@ class LeanLogProbFunction(torch.autograd.Function):
     last_backward_chunks = 0
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, temperature, num_chunks, final_logit_softcapping=None,
-                logit_scale=1.0, outputs=OPTIONAL_OUTPUTS):
+    def forward(
+        ctx,
+        hidden,
+        weight,
+        bias,
+        targets,
+        temperature,
+        num_chunks,
+        final_logit_softcapping=None,
+        logit_scale=1.0,
+        outputs=OPTIONAL_OUTPUTS,
+    ):
         ctx.set_materialize_grads(False)
         N, V = hidden.shape[0], weight.shape[0]
         projector = ChunkProjector(hidden, weight, bias, chunk_bounds(N, int(num_chunks)))
@@ -206,9 +216,14 @@ class LeanLogProbFunction(torch.autograd.Function):
             for start, end, z in projector:
                 t = _transform_keeping_tanh_(z, logit_scale, softcap, inv_t, t_buf)
                 z.sub_(log_z[start:end].unsqueeze(1))  # z <- log p
-                _logits_grad_(z, None if g_lp is None else g_lp[start:end],
-                              None if g_ent is None else g_ent[start:end], targets[start:end], entropy[start:end],
-                              p_buf)
+                _logits_grad_(
+                    z,
+                    None if g_lp is None else g_lp[start:end],
+                    None if g_ent is None else g_ent[start:end],
+                    targets[start:end],
+                    entropy[start:end],
+                    p_buf,
+                )
                 _chain_transform_(z, logit_scale, softcap, inv_t, t)
                 _accumulate(z, projector, start, end, grad_hidden, grad_weight, grad_bias)
         LeanLogProbFunction.last_backward_chunks = len(projector.bounds)
@@ -256,5 +271,10 @@ def _grads_out(grad_hidden, grad_weight, grad_bias, hidden, weight, bias):
         None if grad_hidden is None else grad_hidden.to(hidden.dtype),
         None if grad_weight is None else grad_weight.to(weight.dtype),
         None if grad_bias is None else grad_bias.to(bias.dtype),
-        None, None, None, None, None, None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
     )

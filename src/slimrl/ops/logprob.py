@@ -62,11 +62,15 @@ def fused_logprobs(hidden, weight, bias, targets, temperature, softcap, logit_sc
     if _use_triton(hidden.device):
         vocab_tile = trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE
         if num_chunks is None or num_chunks < 1 or N == 0:
-            return ChunkedLogProbFunction.apply(hidden, weight, bias, targets, temperature, vocab_tile, softcap,
-                                                logit_scale, outputs)
-        parts = [ChunkedLogProbFunction.apply(hidden[s:e], weight, bias, targets[s:e], temperature, vocab_tile,
-                                              softcap, logit_scale, outputs)
-                 for s, e in chunk_bounds(N, num_chunks)]
+            return ChunkedLogProbFunction.apply(
+                hidden, weight, bias, targets, temperature, vocab_tile, softcap, logit_scale, outputs
+            )
+        parts = [
+            ChunkedLogProbFunction.apply(
+                hidden[s:e], weight, bias, targets[s:e], temperature, vocab_tile, softcap, logit_scale, outputs
+            )
+            for s, e in chunk_bounds(N, num_chunks)
+        ]
         return tuple(None if xs[0] is None else torch.cat(xs) for xs in zip(*parts))
     buffers = 2 if ("entropy" in outputs or "log_sum_sq_probs" in outputs) else 1
     chunks = resolve_num_chunks(N, V, num_chunks, buffers=buffers)
@@ -100,8 +104,9 @@ def _moe_aux_loss(model, text_config, backbone_outputs, attention_mask):
         num_experts = model.num_experts  # GptOssConfig has no num_experts before transformers 5.6 (TRL #5754)
     else:
         num_experts = text_config.num_experts
-    return load_balancing_loss_func(backbone_outputs.router_logits, num_experts, text_config.num_experts_per_tok,
-                                    attention_mask)
+    return load_balancing_loss_func(
+        backbone_outputs.router_logits, num_experts, text_config.num_experts_per_tok, attention_mask
+    )
 
 
 def _scored_outputs(model, hidden_states, labels, temperature, cast_lm_head_to_fp32, outputs, softcap, logit_scale):
@@ -118,14 +123,24 @@ def _scored_outputs(model, hidden_states, labels, temperature, cast_lm_head_to_f
         autocast_ctx = torch.autocast(hidden_states.device.type, enabled=False)
     weight, bias = _head_weights(lm_head)
     with autocast_ctx, maybe_gather_lm_head_ctx(weight, bias):
-        per_token = fused_logprobs(hidden_states[mask], weight, bias, labels[mask], temperature, softcap,
-                                   logit_scale, outputs, num_chunks=num_chunks_of(model))
+        per_token = fused_logprobs(
+            hidden_states[mask],
+            weight,
+            bias,
+            labels[mask],
+            temperature,
+            softcap,
+            logit_scale,
+            outputs,
+            num_chunks=num_chunks_of(model),
+        )
     # `masked_scatter` keeps the outputs connected to the model even when no label is valid (as TRL does)
     return tuple(None if x is None else x.new_zeros(mask.shape).masked_scatter(mask, x) for x in per_token), mask
 
 
-def add_fused_lm_head(model, temperature: float = 1.0, cast_lm_head_to_fp32: bool = False,
-                      outputs: tuple[str, ...] = ("log_probs",)) -> None:
+def add_fused_lm_head(
+    model, temperature: float = 1.0, cast_lm_head_to_fp32: bool = False, outputs: tuple[str, ...] = ("log_probs",)
+) -> None:
     """Patch `model.forward` so `model(..., labels=labels, fused_lm_head=True)` returns a `FusedCausalLMOutput`.
 
     Same contract as `trl.trainer.utils.add_fused_lm_head`; see the module docstring for what differs (memory/time).
@@ -137,8 +152,9 @@ def add_fused_lm_head(model, temperature: float = 1.0, cast_lm_head_to_fp32: boo
     softcap, logit_scale = logit_postprocessing(text_config)
 
     @functools.wraps(type(model).forward)
-    def _fused_forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None,
-                       **kwargs):
+    def _fused_forward(
+        self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs
+    ):
         if not fused_lm_head:
             return original_forward(*args, **_passthrough_kwargs(kwargs, labels, shift_labels, num_items_in_batch))
         kwargs["use_cache"] = False
@@ -150,15 +166,24 @@ def add_fused_lm_head(model, temperature: float = 1.0, cast_lm_head_to_fp32: boo
             hidden_states, labels = hidden_states[:, :-1], labels[:, 1:]
         else:
             labels = shift_labels
-        per_token, mask = _scored_outputs(self, hidden_states, labels, temperature, cast_lm_head_to_fp32, outputs,
-                                          softcap, logit_scale)
+        per_token, mask = _scored_outputs(
+            self, hidden_states, labels, temperature, cast_lm_head_to_fp32, outputs, softcap, logit_scale
+        )
         log_probs, entropy, log_sum_sq_probs, mean_logits, is_top1 = per_token
         loss = -log_probs.sum() / (mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch)
         aux_loss = None
         if kwargs.get("output_router_logits"):
             aux_loss = _moe_aux_loss(self, text_config, backbone_outputs, kwargs.get("attention_mask"))
             loss = loss + getattr(text_config, "router_aux_loss_coef", 0.0) * aux_loss
-        return FusedCausalLMOutput(loss=loss, log_probs=log_probs, entropy=entropy, log_sum_sq_probs=log_sum_sq_probs,
-                                   mean_logits=mean_logits, is_top1=is_top1, label_mask=mask, aux_loss=aux_loss)
+        return FusedCausalLMOutput(
+            loss=loss,
+            log_probs=log_probs,
+            entropy=entropy,
+            log_sum_sq_probs=log_sum_sq_probs,
+            mean_logits=mean_logits,
+            is_top1=is_top1,
+            label_mask=mask,
+            aux_loss=aux_loss,
+        )
 
     model.forward = types.MethodType(_fused_forward, model)

@@ -111,12 +111,16 @@ def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, labels:
 def _group_parts(group: list[int], p: int, last: list[int], T: int, valid: torch.Tensor, whole_rows: bool):
     """One packed row: its source rows, source columns and segment ids, and each row's segment offset in it."""
     cols = torch.arange(T, device=valid.device)
-    prompt_cols = cols[:p - 1] if whole_rows else cols[:p - 1][valid[group[0], :p - 1]]
-    src, col, seg, offsets = [torch.full_like(prompt_cols, group[0])], [prompt_cols], [
-        torch.full_like(prompt_cols, PROMPT_SEGMENT)], {}
+    prompt_cols = cols[: p - 1] if whole_rows else cols[: p - 1][valid[group[0], : p - 1]]
+    src, col, seg, offsets = (
+        [torch.full_like(prompt_cols, group[0])],
+        [prompt_cols],
+        [torch.full_like(prompt_cols, PROMPT_SEGMENT)],
+        {},
+    )
     offset = prompt_cols.numel()
     for k, row in enumerate(group, start=1):
-        seg_cols = cols[p - 1:T if whole_rows else last[row]]  # whole rows: every column; else up to the last label
+        seg_cols = cols[p - 1 : T if whole_rows else last[row]]  # whole rows: every column; else up to the last label
         offsets[row] = offset
         src.append(torch.full_like(seg_cols, row))
         col.append(seg_cols)
@@ -125,8 +129,13 @@ def _group_parts(group: list[int], p: int, last: list[int], T: int, valid: torch
     return torch.cat(src), torch.cat(col), torch.cat(seg), offsets
 
 
-def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor,
-         groups: list[list[int]] | None = None, whole_rows: bool = False) -> PackedPrefixBatch:
+def pack(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    labels: torch.Tensor,
+    groups: list[list[int]] | None = None,
+    whole_rows: bool = False,
+) -> PackedPrefixBatch:
     """Lay out one packed row per prompt group (see the module docstring); `layout_problem` must be None.
 
     `whole_rows`: every column of the grouped rows is forwarded (prompt and trailing padding as queries that no one
@@ -154,18 +163,26 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Te
     for u, (_, part_cols, part_seg, offsets) in enumerate(parts):
         prompt = part_seg == PROMPT_SEGMENT
         for row, offset in offsets.items():
-            hidden_index[row, part_cols[prompt]] = u * L + flat[:int(prompt.sum())]
+            hidden_index[row, part_cols[prompt]] = u * L + flat[: int(prompt.sum())]
             own = part_seg == part_seg[offset]
-            hidden_index[row, part_cols[own]] = u * L + flat[offset:offset + int(own.sum())]
+            hidden_index[row, part_cols[own]] = u * L + flat[offset : offset + int(own.sum())]
     gather_index = hidden_index[:, :-1].clone()
     for row, f in enumerate(first):  # a prediction exists from the prompt's last token up to the last label
         if f >= 0:
-            gather_index[row, :f - 1] = -1
-            gather_index[row, last[row]:] = -1
+            gather_index[row, : f - 1] = -1
+            gather_index[row, last[row] :] = -1
         else:
             gather_index[row] = -1
-    return PackedPrefixBatch(ids, col.masked_fill(filler, 0), shift_labels, segment, key_valid, gather_index,
-                             hidden_index, [len(g) for g in groups])
+    return PackedPrefixBatch(
+        ids,
+        col.masked_fill(filler, 0),
+        shift_labels,
+        segment,
+        key_valid,
+        gather_index,
+        hidden_index,
+        [len(g) for g in groups],
+    )
 
 
 def _segment_starts(segment: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

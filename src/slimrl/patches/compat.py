@@ -22,21 +22,29 @@ PPO_ARGUMENT_ALIASES = (("config", "args"), *ARGUMENT_ALIASES)
 
 ONLINE_RENAMED = (("max_new_tokens", "max_completion_length"),)
 ONLINE_REMOVED = (
-    ("max_prompt_length", "GRPO/RLOO no longer truncate prompts (cutting a chat template mid-way changed what the "
-                          "model saw). Remove the argument; slimrl checks the longest prompt plus "
-                          "max_completion_length against the model's max_seq_length when the trainer is built."),
+    (
+        "max_prompt_length",
+        "GRPO/RLOO no longer truncate prompts (cutting a chat template mid-way changed what the "
+        "model saw). Remove the argument; slimrl checks the longest prompt plus "
+        "max_completion_length against the model's max_seq_length when the trainer is built.",
+    ),
 )
 OFFLINE_RENAMED = (("max_seq_length", "max_length"),)
 OFFLINE_REMOVED = (
-    ("max_prompt_length", "Prompt and completion are truncated together by max_length (DPO and SFT: truncation_mode "
-                          "chooses which end is kept). Remove the argument and set max_length."),
-    ("max_target_length", "Prompt and completion are truncated together by max_length. Remove the argument and set "
-                          "max_length."),
+    (
+        "max_prompt_length",
+        "Prompt and completion are truncated together by max_length (DPO and SFT: truncation_mode "
+        "chooses which end is kept). Remove the argument and set max_length.",
+    ),
+    (
+        "max_target_length",
+        "Prompt and completion are truncated together by max_length. Remove the argument and set max_length.",
+    ),
 )
 # TRL removed these trainers (PRM, XPO, BCO, Nash-MD after 1.12; online DPO and GKD are experimental-only there)
 REMOVED_ALGORITHMS = {
     "prm": "TRL removed its PRM (process reward model) trainer; train a step-level scorer as a reward model "
-           "(PatchFastRL('reward'))",
+    "(PatchFastRL('reward'))",
     "xpo": "TRL removed XPO; the nearest supported algorithm is 'dpo' (offline) or 'grpo' (online)",
     "bco": "TRL removed BCO; the nearest supported algorithm is 'kto' (unpaired desirable/undesirable data)",
     "nash_md": "TRL removed Nash-MD; the nearest supported algorithm is 'grpo' (online) or 'dpo' (offline)",
@@ -56,8 +64,10 @@ def take_alias(kwargs: dict, old: str, new: str, owner: str) -> None:
         return
     value = kwargs.pop(old)
     if new in kwargs and kwargs[new] is not value and kwargs[new] != value:
-        raise ValueError(f"{owner} got both {old}={short(value)} and {new}={short(kwargs[new])}: {old} is the "
-                         f"older name of {new}; pass only {new}.")
+        raise ValueError(
+            f"{owner} got both {old}={short(value)} and {new}={short(kwargs[new])}: {old} is the "
+            f"older name of {new}; pass only {new}."
+        )
     kwargs[new] = value
     notice(f"{owner}({old}=...) is TRL 1.16's {new}=...; using it as {new}={short(value)}.")
 

@@ -57,8 +57,12 @@ def lean_head(trainer, model, name: str):
         if lm_head is not None:
             return lm_head, found
         reason = found
-    warnings.warn(f"slimrl: {name}.concatenated_forward runs stock TRL's full-logits path because {reason}; "
-                  "memory and numbers are stock's.", UserWarning, stacklevel=3)
+    warnings.warn(
+        f"slimrl: {name}.concatenated_forward runs stock TRL's full-logits path because {reason}; "
+        "memory and numbers are stock's.",
+        UserWarning,
+        stacklevel=3,
+    )
     return None, reason
 
 
@@ -78,9 +82,9 @@ def concatenated_forward_maker(spec: PairedForward):
             if lm_head is None:
                 record_fallback(self, f"stock's full-logits forward runs: {causal_lm}", 0)
                 return original(self, model, batch)
-            concatenated = self.concatenated_inputs(batch, is_encoder_decoder=False,
-                                                    padding_value=spec.padding_value(self),
-                                                    device=self.accelerator.device)
+            concatenated = self.concatenated_inputs(
+                batch, is_encoder_decoder=False, padding_value=spec.padding_value(self), device=self.accelerator.device
+            )
             num_chosen = batch["chosen_labels"].shape[0]
             input_ids = concatenated["concatenated_input_ids"]
             attention_mask = concatenated["concatenated_attention_mask"]
@@ -90,15 +94,30 @@ def concatenated_forward_maker(spec: PairedForward):
             model_kwargs = {"output_router_logits": True} if self.aux_loss_enabled else {}
             packed = paired_layout(self, causal_lm, input_ids, attention_mask, labels, model_kwargs)
             outputs, stats = lean_policy_forward(
-                model, lm_head, causal_lm, input_ids, attention_mask, model_kwargs, packed, labels=labels,
-                num_chosen=num_chosen, average_log_prob=spec.average_log_prob(self), nll_labels=nll_labels,
-                logits_drop_last=spec.logits_drop_last)
+                model,
+                lm_head,
+                causal_lm,
+                input_ids,
+                attention_mask,
+                model_kwargs,
+                packed,
+                labels=labels,
+                num_chosen=num_chosen,
+                average_log_prob=spec.average_log_prob(self),
+                nll_labels=nll_labels,
+                logits_drop_last=spec.logits_drop_last,
+            )
             dtype = outputs.logits.dtype  # stock's logits dtype: its log-probs and NLL come out in it
             # no NLL target (CPO with cpo_alpha == 0): stock's constant
             nll = torch.tensor(0.0).to(self.accelerator.device) if nll_labels is None else stats.chosen_nll.to(dtype)
             logps = stats.logps.to(dtype)
-            result = (logps[:num_chosen], logps[num_chosen:], stats.chosen_mean_logits.to(dtype),
-                      stats.rejected_mean_logits.to(dtype), nll)
+            result = (
+                logps[:num_chosen],
+                logps[num_chosen:],
+                stats.chosen_mean_logits.to(dtype),
+                stats.rejected_mean_logits.to(dtype),
+                nll,
+            )
             return (*result, outputs.aux_loss) if self.aux_loss_enabled else result
 
         return concatenated_forward

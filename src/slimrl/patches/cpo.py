@@ -25,9 +25,15 @@ CPO = PairedForward(
 )
 
 PATCHES = [
-    Patch(TRAINER, "concatenated_forward", FORWARD_PARAMS, concatenated_forward_maker(CPO),
-          "chunked log-probs / NLL / mean-logits from the hidden states; no [2B, T, V] logits"),
-    *offline_patches("cpo", TRAINER, "trl.experimental.cpo.cpo_config.CPOConfig", TRAINER_PARAMS,
-                     family=SHARED_PREFIX_OFFLINE),
+    Patch(
+        TRAINER,
+        "concatenated_forward",
+        FORWARD_PARAMS,
+        concatenated_forward_maker(CPO),
+        "chunked log-probs / NLL / mean-logits from the hidden states; no [2B, T, V] logits",
+    ),
+    *offline_patches(
+        "cpo", TRAINER, "trl.experimental.cpo.cpo_config.CPOConfig", TRAINER_PARAMS, family=SHARED_PREFIX_OFFLINE
+    ),
     *alias_patches("trl.experimental.cpo", ("CPOConfig", "CPOTrainer")),
 ]

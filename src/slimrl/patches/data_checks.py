@@ -40,8 +40,10 @@ def check_dataset(algorithm: str, trainer: str, role: str, dataset, args) -> Non
     if any(all(c in columns for c in form) for form in forms):
         return
     wanted = " or ".join("(" + ", ".join(form) + ")" for form in forms)
-    raise ValueError(f"{trainer}: {role} has the columns {sorted(columns)}, but it needs {wanted}. Rename a column "
-                     "(dataset.rename_column('question', 'prompt')) or map the rows to one of these forms.")
+    raise ValueError(
+        f"{trainer}: {role} has the columns {sorted(columns)}, but it needs {wanted}. Rename a column "
+        "(dataset.rename_column('question', 'prompt')) or map the rows to one of these forms."
+    )
 
 
 def dataset_check(algorithm: str):
@@ -53,8 +55,9 @@ def dataset_check(algorithm: str):
         eval_dataset = call.arguments.get("eval_dataset")
         evals = eval_dataset.items() if isinstance(eval_dataset, dict) else [("", eval_dataset)]
         for name, dataset in evals:
-            check_dataset(algorithm, trainer, f"eval_dataset{'[' + repr(name) + ']' if name else ''}", dataset,
-                          call.args)
+            check_dataset(
+                algorithm, trainer, f"eval_dataset{'[' + repr(name) + ']' if name else ''}", dataset, call.args
+            )
 
     check.__name__ = f"check_{algorithm}_datasets"
     return check

@@ -84,5 +84,7 @@ def resolve_config_device(args) -> None:
         )
     args.use_cpu = True
     if os.environ.get("RANK", "0") == "0":
-        notice(f"use_cpu=True (was False): {processes} processes on a machine without an accelerator "
-               "(set use_cpu yourself to silence this)")
+        notice(
+            f"use_cpu=True (was False): {processes} processes on a machine without an accelerator "
+            "(set use_cpu yourself to silence this)"
+        )

@@ -16,9 +16,12 @@ from .shared_prefix import DPO_PATCHES
 
 PATCHES = [
     *offline_patches(
-        "dpo", "trl.trainer.dpo_trainer.DPOTrainer", "trl.trainer.dpo_config.DPOConfig",
+        "dpo",
+        "trl.trainer.dpo_trainer.DPOTrainer",
+        "trl.trainer.dpo_config.DPOConfig",
         ("self", "model", "ref_model", "args", "data_collator", "train_dataset", "eval_dataset", "processing_class"),
-        fused_head_module="trl.trainer.dpo_trainer", family=SHARED_PREFIX_OFFLINE,
+        fused_head_module="trl.trainer.dpo_trainer",
+        family=SHARED_PREFIX_OFFLINE,
     ),
     *DPO_PATCHES,
 ]

@@ -12,7 +12,9 @@ TRL's own: `_compute_loss` (desirable/undesirable weights, KL estimate, metrics)
 from .offline import offline_patches
 
 PATCHES = offline_patches(
-    "kto", "trl.trainer.kto_trainer.KTOTrainer", "trl.trainer.kto_config.KTOConfig",
+    "kto",
+    "trl.trainer.kto_trainer.KTOTrainer",
+    "trl.trainer.kto_config.KTOConfig",
     ("self", "model", "ref_model", "args", "data_collator", "train_dataset", "eval_dataset", "processing_class"),
     fused_head_module="trl.trainer.kto_trainer",
 )

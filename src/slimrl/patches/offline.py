@@ -46,8 +46,9 @@ def check_max_length(call: SetupCall) -> None:
     state = config_state(args, create=False)
     if state is not None and state.user_fields is not None and "max_length" not in state.user_fields:
         # TRL's default (1024), not the user's choice: follow the model, as its max_seq_length is the explicit one
-        logger.warning("slimrl: max_length=%s (TRL's default) lowered to the model's max_seq_length=%s", max_len,
-                       max_seq)
+        logger.warning(
+            "slimrl: max_length=%s (TRL's default) lowered to the model's max_seq_length=%s", max_len, max_seq
+        )
         args.max_length = max_seq
         return
     raise ValueError(
@@ -73,8 +74,12 @@ def reconcile_offloading(call: SetupCall) -> None:
     apply_checkpointing(call.model, True)
 
 
-OFFLINE = Family(renamed_fields=OFFLINE_RENAMED, removed_fields=OFFLINE_REMOVED, check_config=check_config,
-                 checks=(check_max_length, reconcile_offloading))
+OFFLINE = Family(
+    renamed_fields=OFFLINE_RENAMED,
+    removed_fields=OFFLINE_REMOVED,
+    check_config=check_config,
+    checks=(check_max_length, reconcile_offloading),
+)
 
 
 def check_shared_prefix_config(args) -> None:
@@ -83,12 +88,19 @@ def check_shared_prefix_config(args) -> None:
 
 
 # The offline trainers with shared-prefix forwards (DPO, ORPO, CPO: chosen and rejected share their prompt)
-SHARED_PREFIX_OFFLINE = dataclasses.replace(OFFLINE, config_fields=(shared_prefix_rules.FIELD,),
-                                            check_config=check_shared_prefix_config)
+SHARED_PREFIX_OFFLINE = dataclasses.replace(
+    OFFLINE, config_fields=(shared_prefix_rules.FIELD,), check_config=check_shared_prefix_config
+)
 
 
-def offline_patches(algorithm: str, trainer_path: str, config_path: str, trainer_params: tuple[str, ...],
-                    fused_head_module: str | None = None, family: Family = OFFLINE) -> list[Patch]:
+def offline_patches(
+    algorithm: str,
+    trainer_path: str,
+    config_path: str,
+    trainer_params: tuple[str, ...],
+    fused_head_module: str | None = None,
+    family: Family = OFFLINE,
+) -> list[Patch]:
     """The set-up patch list of one offline trainer.
 
     trainer_path / config_path: dotted paths of the trainer and config classes. trainer_params: the leading parameter

@@ -44,8 +44,9 @@ from .vllm_rollouts import VLLM_GENERATION_USES, engine_rollouts, make_vllm_gene
 
 
 def check_sequence_lengths(call: SetupCall) -> None:
-    validation.check_max_seq_length(call.model, call.args, call.arguments.get("train_dataset"),
-                                    call.arguments.get("processing_class"))
+    validation.check_max_seq_length(
+        call.model, call.args, call.arguments.get("train_dataset"), call.arguments.get("processing_class")
+    )
 
 
 def check_config(args) -> None:
@@ -65,8 +66,12 @@ def wrap_reward_functions(call: SetupCall) -> None:
 
 
 ONLINE = Family(
-    config_fields=(("vllm_sampling_params", None), ("vllm_server_sync", "auto"),
-                   ("slimrl_reward_errors", "raise"), shared_prefix_rules.FIELD),
+    config_fields=(
+        ("vllm_sampling_params", None),
+        ("vllm_server_sync", "auto"),
+        ("slimrl_reward_errors", "raise"),
+        shared_prefix_rules.FIELD,
+    ),
     renamed_fields=ONLINE_RENAMED,
     removed_fields=ONLINE_REMOVED,
     check_config=check_config,
@@ -104,13 +109,28 @@ def online_patches(algorithm: str, module: str, trainer: str, config_module: str
     family = dataclasses.replace(ONLINE, checks=(dataset_check(algorithm), *ONLINE.checks))
     return [
         fused_head_patch(module),
-        *setup_patches(family, trainer_path, f"{config_module}.{config}",
-                       ("self", "model", "reward_funcs", "args", "train_dataset", "eval_dataset", "processing_class"),
-                       step_params=("self", "model", "inputs", "num_items_in_batch")),
-        Patch(trainer_path, "_generate_single_turn", ("self", "prompt_ids"), make_generate_single_turn,
-              "inference/training mode around rollouts"),
-        Patch(module, "VLLMGeneration", ("model", "accelerator", "processing_class", "mode"), make_vllm_generation,
-              "rollouts on the model's attached vLLM engine", uses=VLLM_GENERATION_USES),
+        *setup_patches(
+            family,
+            trainer_path,
+            f"{config_module}.{config}",
+            ("self", "model", "reward_funcs", "args", "train_dataset", "eval_dataset", "processing_class"),
+            step_params=("self", "model", "inputs", "num_items_in_batch"),
+        ),
+        Patch(
+            trainer_path,
+            "_generate_single_turn",
+            ("self", "prompt_ids"),
+            make_generate_single_turn,
+            "inference/training mode around rollouts",
+        ),
+        Patch(
+            module,
+            "VLLMGeneration",
+            ("model", "accelerator", "processing_class", "mode"),
+            make_vllm_generation,
+            "rollouts on the model's attached vLLM engine",
+            uses=VLLM_GENERATION_USES,
+        ),
         *logprob_seam_patches(trainer_path),
         *rollout_buffer_patches(trainer_path),
     ]

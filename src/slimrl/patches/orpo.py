@@ -28,9 +28,15 @@ ORPO = PairedForward(
 )
 
 PATCHES = [
-    Patch(TRAINER, "concatenated_forward", FORWARD_PARAMS, concatenated_forward_maker(ORPO),
-          "chunked log-probs / NLL / mean-logits from the hidden states; no [2B, T, V] logits"),
-    *offline_patches("orpo", TRAINER, "trl.experimental.orpo.orpo_config.ORPOConfig", TRAINER_PARAMS,
-                     family=SHARED_PREFIX_OFFLINE),
+    Patch(
+        TRAINER,
+        "concatenated_forward",
+        FORWARD_PARAMS,
+        concatenated_forward_maker(ORPO),
+        "chunked log-probs / NLL / mean-logits from the hidden states; no [2B, T, V] logits",
+    ),
+    *offline_patches(
+        "orpo", TRAINER, "trl.experimental.orpo.orpo_config.ORPOConfig", TRAINER_PARAMS, family=SHARED_PREFIX_OFFLINE
+    ),
     *alias_patches("trl.experimental.orpo", ("ORPOConfig", "ORPOTrainer")),
 ]

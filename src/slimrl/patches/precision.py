@@ -98,5 +98,8 @@ def resolve_trainer_precision(args, model) -> None:
         args.mixed_precision = "bf16" if bf16 else "fp16" if fp16 else "no"
     logger.info(
         "slimrl: precision from the model (%s weights, %s): bf16=%s, fp16=%s (set bf16/fp16 yourself to override)",
-        str(dtype).replace("torch.", ""), "CUDA" if on_cuda else "CPU", args.bf16, args.fp16,
+        str(dtype).replace("torch.", ""),
+        "CUDA" if on_cuda else "CPU",
+        args.bf16,
+        args.fp16,
     )

@@ -21,12 +21,27 @@ from .seams import MISSING, Patch, PatchError, check_seam, check_trl_version, ow
 
 logger = logging.getLogger("slimrl")
 
-__all__ = ["ALGORITHMS", "PatchFastRL", "unpatch", "is_patched", "applied_seams", "supported_algorithms",
-           "PatchError", "Patch"]
+__all__ = [
+    "ALGORITHMS",
+    "PatchFastRL",
+    "unpatch",
+    "is_patched",
+    "applied_seams",
+    "supported_algorithms",
+    "PatchError",
+    "Patch",
+]
 
 ALGORITHMS: dict[str, list[Patch]] = {
-    "grpo": grpo.PATCHES, "rloo": rloo.PATCHES, "dpo": dpo.PATCHES, "kto": kto.PATCHES, "sft": sft.PATCHES,
-    "reward": reward.PATCHES, "orpo": orpo.PATCHES, "cpo": cpo.PATCHES, "ppo": ppo.PATCHES,
+    "grpo": grpo.PATCHES,
+    "rloo": rloo.PATCHES,
+    "dpo": dpo.PATCHES,
+    "kto": kto.PATCHES,
+    "sft": sft.PATCHES,
+    "reward": reward.PATCHES,
+    "orpo": orpo.PATCHES,
+    "cpo": cpo.PATCHES,
+    "ppo": ppo.PATCHES,
 }
 
 
@@ -58,11 +73,14 @@ def _normalize(algorithm: str | None) -> list[str]:
         raise TypeError(f"algorithm must be a string or None, got {type(algorithm).__name__}")
     name = algorithm.strip().lower()
     if name in REMOVED_ALGORITHMS and name not in ALGORITHMS:
-        raise ValueError(f"PatchFastRL({algorithm!r}): {REMOVED_ALGORITHMS[name]}. Supported: "
-                         f"{', '.join(supported_algorithms())} (or None for all).")
+        raise ValueError(
+            f"PatchFastRL({algorithm!r}): {REMOVED_ALGORITHMS[name]}. Supported: "
+            f"{', '.join(supported_algorithms())} (or None for all)."
+        )
     if name not in ALGORITHMS:
-        raise ValueError(f"Unknown algorithm {algorithm!r}. Supported: {', '.join(supported_algorithms())} "
-                         "(or None for all).")
+        raise ValueError(
+            f"Unknown algorithm {algorithm!r}. Supported: {', '.join(supported_algorithms())} (or None for all)."
+        )
     return [name]
 
 

@@ -12,6 +12,8 @@ TRL's own: `compute_loss` (Bradley-Terry loss, margin, `center_rewards_coefficie
 from .offline import offline_patches
 
 PATCHES = offline_patches(
-    "reward", "trl.trainer.reward_trainer.RewardTrainer", "trl.trainer.reward_config.RewardConfig",
+    "reward",
+    "trl.trainer.reward_trainer.RewardTrainer",
+    "trl.trainer.reward_config.RewardConfig",
     ("self", "model", "args", "data_collator", "train_dataset", "eval_dataset", "processing_class"),
 )

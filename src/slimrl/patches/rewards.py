@@ -25,8 +25,15 @@ from typing import Any
 
 REWARD_ERROR_POLICIES = ("raise", "skip")
 # What TRL passes to every reward function besides the dataset columns
-TRL_REWARD_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
-                       "environments")
+TRL_REWARD_KEYWORDS = (
+    "prompts",
+    "completions",
+    "completion_ids",
+    "trainer_state",
+    "log_extra",
+    "log_metric",
+    "environments",
+)
 _SHOWN_CHARS = 300
 
 
@@ -58,8 +65,9 @@ def accepted_keywords(func) -> frozenset | None:
     signature = _signature_of(func)
     if signature is None or any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
         return None
-    return frozenset(name for name, p in signature.parameters.items()
-                     if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return frozenset(
+        name for name, p in signature.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    )
 
 
 def check_provided(func, columns) -> None:
@@ -74,7 +82,8 @@ def check_provided(func, columns) -> None:
             raise ValueError(
                 f"Reward function {_callable_name(func)!r} requires the parameter {name!r}, which nothing provides: "
                 f"TRL passes {', '.join(TRL_REWARD_KEYWORDS[:4])} and the dataset's columns "
-                f"{sorted(columns)}. Add a {name!r} column to the dataset, or give the parameter a default.")
+                f"{sorted(columns)}. Add a {name!r} column to the dataset, or give the parameter a default."
+            )
 
 
 def _shown(value) -> str:
@@ -114,7 +123,8 @@ class CheckedReward:
             f"Reward function {self.__name__!r} {why} on completion {i} of the batch.\n"
             f"  prompt:     {_shown(kwargs['prompts'][i])}\n  completion: {_shown(kwargs['completions'][i])}\n"
             "Fix the function, or set slimrl_reward_errors='skip' in the config to score such completions NaN and "
-            "count them (metric rewards/<name>/errors).")
+            "count them (metric rewards/<name>/errors)."
+        )
 
     def _results(self, kwargs: dict, output) -> list[tuple[Any, str | None]]:
         """(value, why it is unusable or None) per completion, from the batch call's output."""
@@ -123,8 +133,9 @@ class CheckedReward:
         if values is None or len(values) != n:
             why = f"returned {'None' if values is None else len(values)} values for the batch of {n} completions"
             if self.policy == "raise":
-                raise RewardFunctionError(f"Reward function {self.__name__!r} {why}: it must return one reward (or "
-                                          "None) per completion.")
+                raise RewardFunctionError(
+                    f"Reward function {self.__name__!r} {why}: it must return one reward (or None) per completion."
+                )
             return [(None, why)] * n
         return [(v, None if (why := _bad_value(v)) is None else f"returned {why}") for v in values]
 

@@ -34,8 +34,18 @@ def make_load_optimizer_and_scheduler(original):
 
 def rollout_buffer_patches(trainer_path: str) -> list[Patch]:
     return [
-        Patch(trainer_path, "_save_checkpoint", ("self", "model", "trial"), make_save_checkpoint,
-              "the rollout buffer saved with every checkpoint"),
-        Patch(trainer_path, "_load_optimizer_and_scheduler", ("self", "checkpoint"),
-              make_load_optimizer_and_scheduler, "the rollout buffer restored on resume"),
+        Patch(
+            trainer_path,
+            "_save_checkpoint",
+            ("self", "model", "trial"),
+            make_save_checkpoint,
+            "the rollout buffer saved with every checkpoint",
+        ),
+        Patch(
+            trainer_path,
+            "_load_optimizer_and_scheduler",
+            ("self", "checkpoint"),
+            make_load_optimizer_and_scheduler,
+            "the rollout buffer restored on resume",
+        ),
     ]

@@ -67,8 +67,10 @@ def check_trl_version() -> None:
 
     version, spec = trl_version(), SUPPORTED["trl"]
     if version not in SpecifierSet(spec, prereleases=True):
-        raise PatchError(f"slimrl supports TRL {spec}, but TRL {version} is installed. Install a supported version: "
-                         f"pip install 'trl{spec}'.")
+        raise PatchError(
+            f"slimrl supports TRL {spec}, but TRL {version} is installed. Install a supported version: "
+            f"pip install 'trl{spec}'."
+        )
 
 
 def resolve(dotted: str) -> Any:
@@ -113,8 +115,9 @@ def _check_required(where: str, requires) -> None:
         try:
             obj = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as exc:
-            raise PatchError(f"slimrl cannot patch {where}: it relies on `{module}.{name}`, which is gone "
-                             f"({exc}).") from exc
+            raise PatchError(
+                f"slimrl cannot patch {where}: it relies on `{module}.{name}`, which is gone ({exc})."
+            ) from exc
         if params is not None:
             _check_params(f"{where} (it calls `{module}.{name}`)", obj, params)
 

@@ -12,7 +12,9 @@ TRL's own: `compute_loss` (token-sum / `num_items_in_batch` normalisation, DFT, 
 from .offline import offline_patches
 
 PATCHES = offline_patches(
-    "sft", "trl.trainer.sft_trainer.SFTTrainer", "trl.trainer.sft_config.SFTConfig",
+    "sft",
+    "trl.trainer.sft_trainer.SFTTrainer",
+    "trl.trainer.sft_config.SFTConfig",
     ("self", "model", "args", "data_collator", "train_dataset", "eval_dataset", "processing_class"),
     fused_head_module="trl.trainer.sft_trainer",
 )

@@ -128,12 +128,14 @@ def _packed_output(trainer, base, inner, labels, num_items_in_batch, kwargs, set
         return packed
     out = inner(**op.model_inputs(packed, base), shift_labels=packed.shift_labels, fused_lm_head=True)
     _count(trainer, True, packed.input_ids.numel(), kwargs["input_ids"].numel())
-    grid = {name: None if getattr(out, name) is None else op.unpack(getattr(out, name), packed)
-            for name in HEAD_OUTPUTS}
+    grid = {
+        name: None if getattr(out, name) is None else op.unpack(getattr(out, name), packed) for name in HEAD_OUTPUTS
+    }
     label_mask = labels[:, 1:] != op.IGNORE
     denominator = label_mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-    return FusedCausalLMOutput(loss=-grid["log_probs"].sum() / denominator, label_mask=label_mask, aux_loss=None,
-                               **grid)
+    return FusedCausalLMOutput(
+        loss=-grid["log_probs"].sum() / denominator, label_mask=label_mask, aux_loss=None, **grid
+    )
 
 
 def paired_layout(trainer, base, input_ids, attention_mask, labels, model_kwargs: dict):
@@ -165,8 +167,14 @@ def _sharing_forward(trainer, base, inner, setting):
     @functools.wraps(inner)
     def forward(*args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs):
         def plain():
-            return inner(*args, fused_lm_head=fused_lm_head, labels=labels, shift_labels=shift_labels,
-                         num_items_in_batch=num_items_in_batch, **kwargs)
+            return inner(
+                *args,
+                fused_lm_head=fused_lm_head,
+                labels=labels,
+                shift_labels=shift_labels,
+                num_items_in_batch=num_items_in_batch,
+                **kwargs,
+            )
 
         if not fused_lm_head or labels is None or shift_labels is not None or args:
             return plain()
@@ -215,20 +223,48 @@ def make_sharing_seam(original):
 
 
 HEAD_OUTPUT_TYPE = (("trl.trainer.utils", "FusedCausalLMOutput", None),)  # built from the packed forward's outputs
-LOGPROB_PARAMS = ("self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
-                  "compute_aux_loss")
+LOGPROB_PARAMS = (
+    "self",
+    "model",
+    "input_ids",
+    "attention_mask",
+    "logits_to_keep",
+    "batch_size",
+    "compute_entropy",
+    "compute_aux_loss",
+)
 
 
 def logprob_seam_patches(trainer_path: str) -> list[Patch]:
     """GRPOTrainer / RLOOTrainer: the log-prob method the policy, old-policy and reference forwards share."""
-    return [Patch(trainer_path, "_get_per_token_logps_and_entropies", LOGPROB_PARAMS, make_sharing_seam,
-                  "each distinct prompt forwarded once (shared-prefix packing)", requires=HEAD_OUTPUT_TYPE)]
+    return [
+        Patch(
+            trainer_path,
+            "_get_per_token_logps_and_entropies",
+            LOGPROB_PARAMS,
+            make_sharing_seam,
+            "each distinct prompt forwarded once (shared-prefix packing)",
+            requires=HEAD_OUTPUT_TYPE,
+        )
+    ]
 
 
 DPO_TRAINER = "trl.trainer.dpo_trainer.DPOTrainer"
 DPO_PATCHES = [
-    Patch(DPO_TRAINER, "_compute_loss", ("self", "model", "inputs", "return_outputs"), make_sharing_seam,
-          "the prompt forwarded once for chosen and rejected (shared-prefix packing)", requires=HEAD_OUTPUT_TYPE),
-    Patch(DPO_TRAINER, "compute_ref_log_probs", ("self", "model", "inputs"), make_sharing_seam,
-          "the prompt forwarded once for chosen and rejected (reference pass)", requires=HEAD_OUTPUT_TYPE),
+    Patch(
+        DPO_TRAINER,
+        "_compute_loss",
+        ("self", "model", "inputs", "return_outputs"),
+        make_sharing_seam,
+        "the prompt forwarded once for chosen and rejected (shared-prefix packing)",
+        requires=HEAD_OUTPUT_TYPE,
+    ),
+    Patch(
+        DPO_TRAINER,
+        "compute_ref_log_probs",
+        ("self", "model", "inputs"),
+        make_sharing_seam,
+        "the prompt forwarded once for chosen and rejected (reference pass)",
+        requires=HEAD_OUTPUT_TYPE,
+    ),
 ]

@@ -24,10 +24,36 @@ AUTO_MAX_COST_RATIO = 0.7
 AUTO_MIN_FLOPS = 1e8
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 # Decoder model types whose forward was checked against the per-row forward (tests/ops/test_shared_prefix_op.py)
-VERIFIED_MODEL_TYPES = frozenset({"llama", "mistral", "ministral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma",
-                                  "gemma2", "gemma3_text", "phi3", "olmo2", "smollm3", "granite"})
-MULTIMODAL_ARGS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
-                   "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+VERIFIED_MODEL_TYPES = frozenset(
+    {
+        "llama",
+        "mistral",
+        "ministral",
+        "qwen2",
+        "qwen3",
+        "qwen3_moe",
+        "mixtral",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "phi3",
+        "olmo2",
+        "smollm3",
+        "granite",
+    }
+)
+MULTIMODAL_ARGS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
 
 
 def validate_shared_prefix(value):

@@ -184,9 +184,11 @@ def check_tokenizer(call: SetupCall) -> None:
     processing_class = call.arguments.get("processing_class")
     tokenizer = getattr(processing_class, "tokenizer", processing_class)  # processors wrap one
     if hasattr(tokenizer, "pad_token") and tokenizer.pad_token is None and getattr(tokenizer, "eos_token", 1) is None:
-        raise ValueError(f"processing_class {type(tokenizer).__name__} has neither a pad token nor an eos token: TRL "
-                         "pads with pad (or eos) and ends completions at eos. Set tokenizer.pad_token and "
-                         "tokenizer.eos_token, or load it with FastLanguageModel.from_pretrained, which fills them.")
+        raise ValueError(
+            f"processing_class {type(tokenizer).__name__} has neither a pad token nor an eos token: TRL "
+            "pads with pad (or eos) and ends completions at eos. Set tokenizer.pad_token and "
+            "tokenizer.eos_token, or load it with FastLanguageModel.from_pretrained, which fills them."
+        )
 
 
 @contextlib.contextmanager
@@ -212,8 +214,11 @@ def _after_init(trainer) -> None:
     set_chunks((trainer.model, getattr(trainer, "ref_model", None)), chunks, trainer.accelerator.unwrap_model)
     output_embeddings = getattr(trainer.model, "get_output_embeddings", None)
     if chunks != AUTO_CHUNKS and output_embeddings is not None and output_embeddings() is None:
-        warnings.warn(f"slimrl_num_chunks={chunks} has no effect: {type(trainer.model).__name__} has no LM head to "
-                      "chunk.", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"slimrl_num_chunks={chunks} has no effect: {type(trainer.model).__name__} has no LM head to chunk.",
+            UserWarning,
+            stacklevel=3,
+        )
     mode = checkpointing_mode(trainer.model)
     if mode is not None:
         apply_checkpointing(trainer.model, mode)
@@ -276,22 +281,47 @@ def fused_head_patch(module: str) -> Patch:
     """`<module>.add_fused_lm_head = slimrl.ops.logprob.add_fused_lm_head` (TRL's private helpers it reads checked)."""
     from ..ops.logprob import TRL_SYMBOLS
 
-    return Patch(module, "add_fused_lm_head", FUSED_HEAD_PARAMS, fused_head_symbol,
-                 "completion-only, bounded-chunk log-prob head", requires=TRL_SYMBOLS)
+    return Patch(
+        module,
+        "add_fused_lm_head",
+        FUSED_HEAD_PARAMS,
+        fused_head_symbol,
+        "completion-only, bounded-chunk log-prob head",
+        requires=TRL_SYMBOLS,
+    )
 
 
-def setup_patches(family: Family, trainer_path: str, config_path: str, trainer_params: tuple[str, ...],
-                  step_params: tuple[str, ...] = ("self",)) -> list[Patch]:
+def setup_patches(
+    family: Family,
+    trainer_path: str,
+    config_path: str,
+    trainer_params: tuple[str, ...],
+    step_params: tuple[str, ...] = ("self",),
+) -> list[Patch]:
     """The four set-up patches of one trainer: config `__init__` and `__post_init__`, trainer `__init__`,
     `training_step` (trainer_params / step_params: the leading parameters TRL's methods must have)."""
-    fields = ", ".join(["slimrl_num_chunks", "unsloth_num_chunks",
-                        *(name for name, _ in (*SHARED_CONFIG_FIELDS, *family.config_fields))])
+    fields = ", ".join(
+        [
+            "slimrl_num_chunks",
+            "unsloth_num_chunks",
+            *(name for name, _ in (*SHARED_CONFIG_FIELDS, *family.config_fields)),
+        ]
+    )
     return [
         Patch(config_path, "__init__", ("self", "output_dir"), config_init_maker(family), f"accept {fields}"),
-        Patch(config_path, "__post_init__", ("self",), config_post_init_maker(family),
-              "precision resolution and config checks"),
-        Patch(trainer_path, "__init__", trainer_params, trainer_init_maker(family),
-              "model checks, chunking, checkpointing mode"),
-        Patch(trainer_path, "training_step", step_params, make_training_step,
-              "peak memory metric, out-of-memory stop"),
+        Patch(
+            config_path,
+            "__post_init__",
+            ("self",),
+            config_post_init_maker(family),
+            "precision resolution and config checks",
+        ),
+        Patch(
+            trainer_path,
+            "__init__",
+            trainer_params,
+            trainer_init_maker(family),
+            "model checks, chunking, checkpointing mode",
+        ),
+        Patch(trainer_path, "training_step", step_params, make_training_step, "peak memory metric, out-of-memory stop"),
     ]

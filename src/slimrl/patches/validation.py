@@ -96,11 +96,13 @@ def fit_generation_batch(args, world: int, total: int) -> None:
     step_rows = args.per_device_train_batch_size * world
     steps = math.lcm(step_rows, args.num_generations) // step_rows
     ga = args.gradient_accumulation_steps
-    notice(f"generation batch {total} (per_device_train_batch_size {args.per_device_train_batch_size} x "
-           f"gradient_accumulation_steps {ga} x world size {world}) holds no whole groups of num_generations="
-           f"{args.num_generations}: steps_per_generation {ga} -> {steps}, generation batch {total} -> "
-           f"{steps * step_rows} ({steps * step_rows // args.num_generations} prompts per generation; micro-batch and "
-           "accumulation unchanged). Set steps_per_generation or generation_batch_size yourself to choose.")
+    notice(
+        f"generation batch {total} (per_device_train_batch_size {args.per_device_train_batch_size} x "
+        f"gradient_accumulation_steps {ga} x world size {world}) holds no whole groups of num_generations="
+        f"{args.num_generations}: steps_per_generation {ga} -> {steps}, generation batch {total} -> "
+        f"{steps * step_rows} ({steps * step_rows // args.num_generations} prompts per generation; micro-batch and "
+        "accumulation unchanged). Set steps_per_generation or generation_batch_size yourself to choose."
+    )
     args.steps_per_generation = steps
 
 

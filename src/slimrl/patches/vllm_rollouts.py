@@ -36,16 +36,25 @@ from . import vllm_server
 logger = logging.getLogger("slimrl")
 
 # vllm_sampling_params field -> config field the trainer (and its loss) also reads
-_SHARED_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-                  "repetition_penalty": "repetition_penalty", "max_tokens": "max_completion_length"}
+_SHARED_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "max_tokens": "max_completion_length",
+}
 _REFUSED_FIELDS = {
     "n": "the trainer samples num_generations completions per prompt itself; set num_generations",
     "logprobs": "the trainer asks for the sampled tokens' log-probs (importance-sampling correction)",
     "prompt_logprobs": "not used by the trainer",
 }
 # what EngineVLLMGeneration overrides or calls on TRL's class (checked at patch time)
-VLLM_GENERATION_USES = (("_init_vllm", ("self",)), ("sync_weights", ("self",)),
-                        ("generate", ("self", "prompts", "images", "num_generations", "profiler")))
+VLLM_GENERATION_USES = (
+    ("_init_vllm", ("self",)),
+    ("sync_weights", ("self",)),
+    ("generate", ("self", "prompts", "images", "num_generations", "profiler")),
+)
 # config fields that configure TRL's own engine, not the attached one
 _ENGINE_FIELDS = ("vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_tensor_parallel_size")
 
@@ -60,8 +69,9 @@ def sampling_overrides(vllm_sampling_params) -> dict:
 
     default = SamplingParams()
     names = [n for n in getattr(type(vllm_sampling_params), "__struct_fields__", ()) if not n.startswith("_")]
-    return {n: getattr(vllm_sampling_params, n) for n in names
-            if getattr(vllm_sampling_params, n) != getattr(default, n)}
+    return {
+        n: getattr(vllm_sampling_params, n) for n in names if getattr(vllm_sampling_params, n) != getattr(default, n)
+    }
 
 
 def _same(field: str, a, b) -> bool:
@@ -88,11 +98,14 @@ def apply_sampling_params(args) -> dict:
         if _same(field, value, current):
             continue
         if config_field in given:
-            raise ValueError(f"vllm_sampling_params.{field}={value!r} and {type(args).__name__}.{config_field}="
-                             f"{current!r} disagree; the loss uses the config's value: set one of them.")
+            raise ValueError(
+                f"vllm_sampling_params.{field}={value!r} and {type(args).__name__}.{config_field}="
+                f"{current!r} disagree; the loss uses the config's value: set one of them."
+            )
         value = 0 if field == "top_k" and value == -1 else value
-        logger.info("slimrl: %s=%r from vllm_sampling_params.%s (config default was %r)", config_field, value,
-                    field, current)
+        logger.info(
+            "slimrl: %s=%r from vllm_sampling_params.%s (config default was %r)", config_field, value, field, current
+        )
         setattr(args, config_field, value)
     return overrides
 
@@ -119,8 +132,9 @@ def _prepare_config(model, args) -> None:
     vllm_server.check_server_sync(args)
     if engine is None:
         if getattr(args, "vllm_sampling_params", None) is not None and not args.use_vllm:
-            warnings.warn("vllm_sampling_params is set but use_vllm=False: it has no effect.", UserWarning,
-                          stacklevel=4)
+            warnings.warn(
+                "vllm_sampling_params is set but use_vllm=False: it has no effect.", UserWarning, stacklevel=4
+            )
         return
     if not args.use_vllm:
         if "use_vllm" in given:
@@ -133,9 +147,12 @@ def _prepare_config(model, args) -> None:
         return
     for field in _ENGINE_FIELDS:
         if field in given:
-            warnings.warn(f"{field} configures TRL's own vLLM engine; the model's engine was built by "
-                          "FastLanguageModel.from_pretrained (set gpu_memory_utilization / vllm_engine_kwargs there).",
-                          UserWarning, stacklevel=4)
+            warnings.warn(
+                f"{field} configures TRL's own vLLM engine; the model's engine was built by "
+                "FastLanguageModel.from_pretrained (set gpu_memory_utilization / vllm_engine_kwargs there).",
+                UserWarning,
+                stacklevel=4,
+            )
     state = config_state(args)
     state.sampling_overrides = apply_sampling_params(args)
     # TRL's default (False) leaves the choice to slimrl: sleep between rollouts; an explicit False keeps it awake
@@ -196,8 +213,9 @@ def make_vllm_generation(original):
     def VLLMGeneration(*args, model=None, **kwargs):  # noqa: N802 (stands in for TRL's class)
         engine = engine_of(model) if model is not None else None
         trainer_args = _TRAINER_ARGS.get()
-        if kwargs.get("mode") == "server" and vllm_server.uses_adapter_sync(trainer_args, model,
-                                                                            kwargs.get("accelerator")):
+        if kwargs.get("mode") == "server" and vllm_server.uses_adapter_sync(
+            trainer_args, model, kwargs.get("accelerator")
+        ):
             root = os.path.join(getattr(trainer_args, "output_dir", None) or ".", vllm_server.ADAPTER_FOLDER)
             return server_class(root, *args, model=model, **kwargs)
         if engine is None or kwargs.get("mode", "colocate") != "colocate":

@@ -53,15 +53,19 @@ def uses_adapter_sync(args, model, accelerator) -> bool:
     """Whether this trainer's server rollouts get the adapter over the LoRA endpoints (module docstring, point 1)."""
     choice = getattr(args, "vllm_server_sync", "auto") if args is not None else "auto"
     if choice == "adapter" and not is_peft(model):
-        raise ValueError("vllm_server_sync='adapter' hands a LoRA adapter to the vLLM server, but the model has none: "
-                         "add LoRA (FastLanguageModel.get_peft_model or peft_config=...) or use 'weights'.")
+        raise ValueError(
+            "vllm_server_sync='adapter' hands a LoRA adapter to the vLLM server, but the model has none: "
+            "add LoRA (FastLanguageModel.get_peft_model or peft_config=...) or use 'weights'."
+        )
     if choice != "auto":
         return choice == "adapter"
     if not is_peft(model) or accelerator is None or accelerator.device.type == "cuda":
         return False
     if accelerator.is_main_process:
-        notice(f"vllm_server_sync='adapter' (was 'auto'): TRL's NCCL weight transfer needs CUDA and the trainer runs "
-               f"on {accelerator.device.type}, so the LoRA adapter goes to the server through its LoRA endpoints")
+        notice(
+            f"vllm_server_sync='adapter' (was 'auto'): TRL's NCCL weight transfer needs CUDA and the trainer runs "
+            f"on {accelerator.device.type}, so the LoRA adapter goes to the server through its LoRA endpoints"
+        )
     return True
 
 
@@ -71,8 +75,10 @@ def adapter_state(model, dist) -> dict:
 
     with dist.gather_params([p for p in model.parameters() if p.requires_grad]):
         state = get_peft_model_state_dict(model, adapter_name=model.active_adapter)
-        return {name: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().to("cpu", copy=True)
-                for name, t in state.items()}
+        return {
+            name: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().to("cpu", copy=True)
+            for name, t in state.items()
+        }
 
 
 def write_adapter(model, state: dict, folder: str) -> str:
@@ -89,8 +95,10 @@ def post_lora(client, endpoint: str, name: str, path: str | None = None) -> None
     payload = {"lora_name": name} if path is None else {"lora_name": name, "lora_path": path}
     response = client.session.post(f"{client.base_url}/v1/{endpoint}", json=payload)
     if response.status_code == 404:
-        raise RuntimeError(f"The vLLM server at {client.base_url} has no /v1/{endpoint}: start it with {SERVER_FLAGS} "
-                           "(slimrl hands the LoRA adapter over through these endpoints).")
+        raise RuntimeError(
+            f"The vLLM server at {client.base_url} has no /v1/{endpoint}: start it with {SERVER_FLAGS} "
+            "(slimrl hands the LoRA adapter over through these endpoints)."
+        )
     if response.status_code != 200:
         raise RuntimeError(f"vLLM server /v1/{endpoint} for {name!r} failed ({response.status_code}): {response.text}")
 
@@ -111,8 +119,9 @@ def make_server_adapter_class(original):
 
             if self.accelerator.is_main_process:  # the client only: no NCCL group (module docstring, point 2)
                 base_url = self.server_base_url or f"http://{self.server_host}:{self.server_port}"
-                self.vllm_client = VLLMClient(base_url=base_url, group_port=self.group_port,
-                                              connection_timeout=self.server_timeout)
+                self.vllm_client = VLLMClient(
+                    base_url=base_url, group_port=self.group_port, connection_timeout=self.server_timeout
+                )
 
         def sync_weights(self):
             model = self.accelerator.unwrap_model(self.model)

@@ -104,11 +104,18 @@ class MemoryPlan:
         return {t.name: t.bytes for t in [*self.resident, *self.phases[self.peak_phase]]}
 
     def to_dict(self) -> dict:
-        return {"peak_bytes": self.peak_bytes, "peak_phase": self.peak_phase, "fits": self.fits,
-                "carried_heap_bytes": self.carried_heap, "heap_phase": self.heap_phase,
-                "device_bytes": self.device_bytes, "device": self.device_label,
-                "resident": {t.name: t.bytes for t in self.resident},
-                "phases": {p: {t.name: t.bytes for t in ts} for p, ts in self.phases.items()}, "notes": self.notes}
+        return {
+            "peak_bytes": self.peak_bytes,
+            "peak_phase": self.peak_phase,
+            "fits": self.fits,
+            "carried_heap_bytes": self.carried_heap,
+            "heap_phase": self.heap_phase,
+            "device_bytes": self.device_bytes,
+            "device": self.device_label,
+            "resident": {t.name: t.bytes for t in self.resident},
+            "phases": {p: {t.name: t.bytes for t in ts} for p, ts in self.phases.items()},
+            "notes": self.notes,
+        }
 
     def __str__(self) -> str:
         return render(self)
@@ -119,8 +126,11 @@ def _term(name, part: terms.Part) -> Term:
 
 
 def build_plan(m: ModelShape, r: RunShape, device_bytes: int, device_label: str) -> MemoryPlan:
-    runtime = terms.Part(terms.CUDA_CONTEXT_BYTES, "CUDA context and kernels") if r.device == "cuda" else \
-        terms.Part(terms.RUNTIME_CPU_BYTES, "libtorch, transformers, TRL resident (measured)")
+    runtime = (
+        terms.Part(terms.CUDA_CONTEXT_BYTES, "CUDA context and kernels")
+        if r.device == "cuda"
+        else terms.Part(terms.RUNTIME_CPU_BYTES, "libtorch, transformers, TRL resident (measured)")
+    )
     resident = [_term("runtime", runtime), _term("weights", terms.weights(m, r))]
     if r.reference == "copy":
         resident.append(_term("reference copy", terms.weights(m, r)))
@@ -143,8 +153,13 @@ def build_plan(m: ModelShape, r: RunShape, device_bytes: int, device_label: str)
     if r.scoring_forwards or r.ref_forward:
         phases["scoring"] = [_term("no-grad forward", terms.scoring_forward(m, r))]
     phases["policy forward"] = [saved, grads, _term("log-prob head (forward)", terms.head_forward(m, r, scored))]
-    phases["policy backward"] = [saved, grads, _term("log-prob head (backward)", backward) if backward.bytes >=
-                                 recompute.bytes else _term("block recompute", recompute)]
+    phases["policy backward"] = [
+        saved,
+        grads,
+        _term("log-prob head (backward)", backward)
+        if backward.bytes >= recompute.bytes
+        else _term("block recompute", recompute),
+    ]
     phases["optimizer step"] = [grads, _term("optimizer temporaries", terms.optimizer_temporaries(m, r))]
     plan = MemoryPlan(m, r, resident, phases, device_bytes, device_label)
     host = terms.offloaded_inputs(m, r)
@@ -166,12 +181,14 @@ def _describe(p: MemoryPlan) -> list[str]:
     m, r = p.model, p.run
     adapter = f"LoRA ({m.lora_params:,} parameters)" if r.lora else "full fine-tuning"
     weights = "4-bit" if r.load_in_4bit else f"{8 * r.weight_bytes}-bit weights"
-    lines = [f"{r.algorithm.upper()} step on {m.name} ({m.model_type}: {m.num_layers} layers, hidden {m.hidden}, "
-             f"vocabulary {m.vocab:,}, {m.num_params / 1e6:,.1f}M parameters), {adapter}, {weights}, "
-             f"{r.device.upper()}",
-             f"  {r.batch} rows per micro-batch x (prompt {r.prompt_length} + completion {r.completion_length}) tokens"
-             + (f", {r.generation_rows} rows generated at once" if r.algorithm in ("grpo", "rloo") else "")
-             + f", checkpointing {r.checkpointing!r}, slimrl_num_chunks {r.num_chunks}"]
+    lines = [
+        f"{r.algorithm.upper()} step on {m.name} ({m.model_type}: {m.num_layers} layers, hidden {m.hidden}, "
+        f"vocabulary {m.vocab:,}, {m.num_params / 1e6:,.1f}M parameters), {adapter}, {weights}, "
+        f"{r.device.upper()}",
+        f"  {r.batch} rows per micro-batch x (prompt {r.prompt_length} + completion {r.completion_length}) tokens"
+        + (f", {r.generation_rows} rows generated at once" if r.algorithm in ("grpo", "rloo") else "")
+        + f", checkpointing {r.checkpointing!r}, slimrl_num_chunks {r.num_chunks}",
+    ]
     return lines
 
 
@@ -187,14 +204,20 @@ def render(p: MemoryPlan) -> str:
         label = f"heap kept from the {p.heap_phase}"
         lines.append(f"    {label:<32}{_gib(p.carried_heap):>11}   CPU: glibc keeps freed blocks under 32 MiB resident")
     verdict = "fits" if p.fits else "does NOT fit"
-    lines += ["", f"  peak {_gib(p.peak_bytes)} (during the {p.peak_phase}); {p.device_label}: {verdict} "
-              f"({100 * p.peak_bytes / p.device_bytes:.0f}% of it)"]
+    lines += [
+        "",
+        f"  peak {_gib(p.peak_bytes)} (during the {p.peak_phase}); {p.device_label}: {verdict} "
+        f"({100 * p.peak_bytes / p.device_bytes:.0f}% of it)",
+    ]
     lines += [f"  note: {n}" for n in p.notes]
     if not p.fits:
         options = suggestions(p)
         fitting = [(change, q) for change, q in options if q.fits]
-        lines.append("  settings that fit, each alone:" if fitting else
-                     "  no single setting fits; the largest savings (combine them):")
+        lines.append(
+            "  settings that fit, each alone:"
+            if fitting
+            else "  no single setting fits; the largest savings (combine them):"
+        )
         lines += [f"    {change:<62} plan {_gib(q.peak_bytes)}" for change, q in (fitting or options[:5])]
     return "\n".join(lines)
 
@@ -220,12 +243,21 @@ def suggestions(p: MemoryPlan) -> list[tuple[str, MemoryPlan]]:
         out.append((f"{field}={value}", replan(p, completion_length=half)))
     if r.batch > 1:
         half = r.batch // 2
-        out.append((f"per_device_train_batch_size={half}, gradient_accumulation_steps={2 * r.grad_accum}",
-                    replan(p, batch=half, grad_accum=2 * r.grad_accum)))
+        out.append(
+            (
+                f"per_device_train_batch_size={half}, gradient_accumulation_steps={2 * r.grad_accum}",
+                replan(p, batch=half, grad_accum=2 * r.grad_accum),
+            )
+        )
         if r.algorithm in ("grpo", "rloo") and r.num_generations >= 4:
-            out.append((f"num_generations={r.num_generations // 2}, per_device_train_batch_size={half}",
-                        replan(p, batch=half, num_generations=r.num_generations // 2,
-                               generation_rows=r.generation_rows // 2)))
+            out.append(
+                (
+                    f"num_generations={r.num_generations // 2}, per_device_train_batch_size={half}",
+                    replan(
+                        p, batch=half, num_generations=r.num_generations // 2, generation_rows=r.generation_rows // 2
+                    ),
+                )
+            )
     if shared_prefix_available() and not r.shared_prefix and r.algorithm in ("grpo", "rloo", "dpo"):
         out.append(("slimrl_shared_prefix=True", replan(p, shared_prefix=True)))
     if r.lora and not r.load_in_4bit:

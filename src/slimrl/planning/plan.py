@@ -24,11 +24,25 @@ def _device_bytes(device: str, device_memory_gb: float | None) -> tuple[int, str
     return total, f"this machine's RAM, {total / GiB:.1f} GiB"
 
 
-def plan(model, config=None, algorithm: str | None = None, *, prompt_length: int | None = None,
-         max_seq_length: int | None = None, lora_r: int | None = 16, lora_target_modules=None,
-         full_finetuning: bool = False, dtype=None, load_in_4bit: bool = False, use_gradient_checkpointing=None,
-         fast_inference: bool = False, gpu_memory_utilization: float = 0.5, device: str | None = None,
-         device_memory_gb: float | None = None, **config_fields) -> MemoryPlan:
+def plan(
+    model,
+    config=None,
+    algorithm: str | None = None,
+    *,
+    prompt_length: int | None = None,
+    max_seq_length: int | None = None,
+    lora_r: int | None = 16,
+    lora_target_modules=None,
+    full_finetuning: bool = False,
+    dtype=None,
+    load_in_4bit: bool = False,
+    use_gradient_checkpointing=None,
+    fast_inference: bool = False,
+    gpu_memory_utilization: float = 0.5,
+    device: str | None = None,
+    device_memory_gb: float | None = None,
+    **config_fields,
+) -> MemoryPlan:
     """Predict one training step's peak memory; nothing is loaded (the model is built on the meta device).
 
     model: a transformers config, a config dict, a config.json path or model folder, a `.gguf` file, the embedded
@@ -40,16 +54,28 @@ def plan(model, config=None, algorithm: str | None = None, *, prompt_length: int
     """
     algorithm = (algorithm or algorithm_of(config) or "").lower()
     if algorithm not in ("grpo", "rloo", "dpo", "kto", "orpo", "cpo"):
-        raise ValueError(f"plan: algorithm must be one of grpo, rloo, dpo, kto, orpo, cpo (or given by the config's "
-                         f"class); got {algorithm or None!r}")
+        raise ValueError(
+            f"plan: algorithm must be one of grpo, rloo, dpo, kto, orpo, cpo (or given by the config's "
+            f"class); got {algorithm or None!r}"
+        )
     if device is None:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     lora = not full_finetuning and bool(lora_r)
     shape = model_shape(model, lora_rank=lora_r if lora else None, lora_targets=lora_target_modules)
-    run = run_shape(algorithm, config, prompt_length=prompt_length, max_seq_length=max_seq_length, dtype=dtype,
-                    lora=lora, load_in_4bit=load_in_4bit, use_gradient_checkpointing=use_gradient_checkpointing,
-                    fast_inference=fast_inference, gpu_memory_utilization=gpu_memory_utilization, device=device,
-                    **config_fields)
+    run = run_shape(
+        algorithm,
+        config,
+        prompt_length=prompt_length,
+        max_seq_length=max_seq_length,
+        dtype=dtype,
+        lora=lora,
+        load_in_4bit=load_in_4bit,
+        use_gradient_checkpointing=use_gradient_checkpointing,
+        fast_inference=fast_inference,
+        gpu_memory_utilization=gpu_memory_utilization,
+        device=device,
+        **config_fields,
+    )
     return build_plan(shape, run, *_device_bytes(device, device_memory_gb))

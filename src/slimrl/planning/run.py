@@ -20,9 +20,14 @@ from dataclasses import dataclass
 
 ONLINE = ("grpo", "rloo")
 PAIRED = ("dpo", "orpo", "cpo")  # chosen + rejected rows per example
-CONFIG_CLASSES = {"grpo": ("trl", "GRPOConfig"), "rloo": ("trl", "RLOOConfig"), "dpo": ("trl", "DPOConfig"),
-                  "kto": ("trl", "KTOConfig"), "orpo": ("trl.experimental.orpo", "ORPOConfig"),
-                  "cpo": ("trl.experimental.cpo", "CPOConfig")}
+CONFIG_CLASSES = {
+    "grpo": ("trl", "GRPOConfig"),
+    "rloo": ("trl", "RLOOConfig"),
+    "dpo": ("trl", "DPOConfig"),
+    "kto": ("trl", "KTOConfig"),
+    "orpo": ("trl.experimental.orpo", "ORPOConfig"),
+    "cpo": ("trl.experimental.cpo", "CPOConfig"),
+}
 _DTYPE_BYTES = {"float32": 4, "float": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
 
 
@@ -99,33 +104,59 @@ def _lengths(algorithm: str, f: dict, prompt_length, max_seq_length) -> tuple[in
     return int(prompt_length), max(total - int(prompt_length), 1)
 
 
-def run_shape(algorithm: str, config=None, *, prompt_length=None, max_seq_length=None, dtype=None, lora=True,
-              load_in_4bit=False, use_gradient_checkpointing=None, fast_inference=False,
-              gpu_memory_utilization=0.5, device="cpu", **overrides) -> RunShape:
+def run_shape(
+    algorithm: str,
+    config=None,
+    *,
+    prompt_length=None,
+    max_seq_length=None,
+    dtype=None,
+    lora=True,
+    load_in_4bit=False,
+    use_gradient_checkpointing=None,
+    fast_inference=False,
+    gpu_memory_utilization=0.5,
+    device="cpu",
+    **overrides,
+) -> RunShape:
     f = _fields(algorithm, config, overrides)
     weight_bytes = dtype_bytes(dtype or ("bfloat16" if device == "cuda" else "float32"))
     autocast = (f.get("bf16") or f.get("fp16")) and weight_bytes == 4
-    checkpointing = f.get("gradient_checkpointing", False) if use_gradient_checkpointing is None \
-        else use_gradient_checkpointing
+    checkpointing = (
+        f.get("gradient_checkpointing", False) if use_gradient_checkpointing is None else use_gradient_checkpointing
+    )
     prompt, completion = _lengths(algorithm, f, prompt_length, max_seq_length)
     batch, accum = int(f["per_device_train_batch_size"]), int(f.get("gradient_accumulation_steps") or 1)
     beta = float(f.get("beta") or 0.0)
-    reference = "none" if algorithm in ("orpo", "cpo") or (algorithm in ONLINE and beta == 0.0) else (
-        "adapter" if lora else "copy")
+    reference = (
+        "none"
+        if algorithm in ("orpo", "cpo") or (algorithm in ONLINE and beta == 0.0)
+        else ("adapter" if lora else "copy")
+    )
     spg = int(f.get("steps_per_generation") or accum) if algorithm in ONLINE else 1
     iterations = int(f.get("num_iterations") or 1)
     old_logps = algorithm == "rloo" or (algorithm in ONLINE and (accum % (spg * iterations) != 0 or fast_inference))
     shared = f.get("slimrl_shared_prefix", False)
     return RunShape(
-        algorithm=algorithm, batch=batch, grad_accum=accum, generation_rows=batch * spg,
-        num_generations=int(f.get("num_generations") or 1), prompt_length=prompt, completion_length=completion,
-        weight_bytes=weight_bytes, act_bytes=2 if autocast else weight_bytes,
+        algorithm=algorithm,
+        batch=batch,
+        grad_accum=accum,
+        generation_rows=batch * spg,
+        num_generations=int(f.get("num_generations") or 1),
+        prompt_length=prompt,
+        completion_length=completion,
+        weight_bytes=weight_bytes,
+        act_bytes=2 if autocast else weight_bytes,
         checkpointing="offload" if checkpointing in ("offload", "unsloth") else bool(checkpointing),
         num_chunks=int(f.get("slimrl_num_chunks", -1) if f.get("slimrl_num_chunks") is not None else -1),
-        lora=lora, load_in_4bit=load_in_4bit, reference=reference,
+        lora=lora,
+        load_in_4bit=load_in_4bit,
+        reference=reference,
         scoring_forwards=(int(old_logps) + int(reference != "none")) if algorithm in ONLINE else 0,
         ref_forward=algorithm not in ONLINE and reference != "none" and not f.get("precompute_ref_log_probs"),
-        entropy_grad=float(f.get("entropy_coef") or 0.0) != 0.0, fast_inference=fast_inference,
+        entropy_grad=float(f.get("entropy_coef") or 0.0) != 0.0,
+        fast_inference=fast_inference,
         engine_fraction=float(gpu_memory_utilization) if fast_inference else 0.0,
-        shared_prefix=shared is True, device=device,
+        shared_prefix=shared is True,
+        device=device,
     )

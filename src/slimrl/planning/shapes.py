@@ -61,7 +61,7 @@ def _config_from_dict(values: dict):
     values = dict(values)
     model_type = values.pop("model_type", None)
     if model_type is None:
-        raise ValueError("A model config given as a dict or JSON file needs its `model_type` (e.g. \"llama\").")
+        raise ValueError('A model config given as a dict or JSON file needs its `model_type` (e.g. "llama").')
     return AutoConfig.for_model(model_type, **values)
 
 
@@ -76,8 +76,9 @@ def resolve_config(model):
     if isinstance(model, dict):
         return _config_from_dict(model)
     if not isinstance(model, (str, os.PathLike)):
-        raise TypeError(f"plan(model=...) takes a transformers config, a dict, a path or a model name; got "
-                        f"{type(model).__name__}")
+        raise TypeError(
+            f"plan(model=...) takes a transformers config, a dict, a path or a model name; got {type(model).__name__}"
+        )
     name = str(model)
     if embedded.is_embedded_name(name):
         return _config_from_path(embedded.embedded_gguf_path())
@@ -115,13 +116,19 @@ def _lora_counts(model, targets, rank: int) -> dict:
                 if index == 0:
                     first[short] = in_f
     if total == 0:
-        raise ValueError(f"LoRA targets {list(names)} match no Linear layer inside the decoder blocks of "
-                         f"{type(model).__name__}.")
+        raise ValueError(
+            f"LoRA targets {list(names)} match no Linear layer inside the decoder blocks of {type(model).__name__}."
+        )
     grouped = {n for group in SHARED_INPUTS for n in group}
     shared = sum(v for n, v in first.items() if n not in grouped)
     shared += sum(max((first[n] for n in group if n in first), default=0) for group in SHARED_INPUTS[:2])
-    return dict(lora_params=total, lora_targets=names, lora_rank_sum_per_layer=rank * len(first),
-                lora_inputs_per_layer=sum(first.values()), lora_shared_inputs_per_layer=shared)
+    return dict(
+        lora_params=total,
+        lora_targets=names,
+        lora_rank_sum_per_layer=rank * len(first),
+        lora_inputs_per_layer=sum(first.values()),
+        lora_shared_inputs_per_layer=shared,
+    )
 
 
 def _linear_dims(module) -> tuple[int, int]:
@@ -146,12 +153,19 @@ def model_shape(model, lora_rank: int | None = None, lora_targets=None) -> Model
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     name = str(model) if isinstance(model, (str, os.PathLike)) else getattr(config, "_name_or_path", "")
     return ModelShape(
-        name=name or config.model_type, model_type=config.model_type, num_layers=text.num_hidden_layers,
+        name=name or config.model_type,
+        model_type=config.model_type,
+        num_layers=text.num_hidden_layers,
         hidden=text.hidden_size,
-        intermediate=getattr(text, "intermediate_size", None) or 4 * text.hidden_size, vocab=text.vocab_size,
-        num_heads=heads, num_kv_heads=getattr(text, "num_key_value_heads", None) or heads, head_dim=head_dim,
+        intermediate=getattr(text, "intermediate_size", None) or 4 * text.hidden_size,
+        vocab=text.vocab_size,
+        num_heads=heads,
+        num_kv_heads=getattr(text, "num_key_value_heads", None) or heads,
+        head_dim=head_dim,
         tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
-        num_params=sum(p.numel() for p in params), decoder_linear_params=linear,
+        num_params=sum(p.numel() for p in params),
+        decoder_linear_params=linear,
         largest_param=max((p.numel() for p in params), default=0),
-        param_sizes=tuple(sorted(p.numel() for p in params)), **lora,
+        param_sizes=tuple(sorted(p.numel() for p in params)),
+        **lora,
     )

@@ -220,8 +220,11 @@ def decoding(m: ModelShape, r: RunShape) -> Part:
     rows, prompt_tokens = r.generation_rows, r.generation_rows * r.prompt_length
     per = (4 * m.hidden + 3 * m.intermediate) * r.act_bytes
     n = 3 * rows * m.vocab * 4 + prompt_tokens * per
-    return part(n, f"3 x {rows} x V x 4 B + prefill {prompt_tokens:,} tokens x {per:,} B",
-                max(rows * m.vocab * 4, _activation_tensor(m, r, prompt_tokens)))
+    return part(
+        n,
+        f"3 x {rows} x V x 4 B + prefill {prompt_tokens:,} tokens x {per:,} B",
+        max(rows * m.vocab * 4, _activation_tensor(m, r, prompt_tokens)),
+    )
 
 
 def scoring_forward(m: ModelShape, r: RunShape) -> Part:
@@ -230,8 +233,11 @@ def scoring_forward(m: ModelShape, r: RunShape) -> Part:
     per = (4 * m.hidden + 3 * m.intermediate) * r.act_bytes
     block = part(tokens * per, "", _activation_tensor(m, r, tokens))
     head = head_forward(m, r, scored_tokens(r))
-    return Part(block.bytes + head.bytes, f"one block {tokens:,} tokens x {per:,} B + head forward {_mib(head.bytes)}",
-                block.heap + head.heap)
+    return Part(
+        block.bytes + head.bytes,
+        f"one block {tokens:,} tokens x {per:,} B + head forward {_mib(head.bytes)}",
+        block.heap + head.heap,
+    )
 
 
 def engine_share(r: RunShape, device_bytes: int) -> Part:

@@ -33,15 +33,21 @@ def load_value_weights(folder: str, critic) -> None:
 
     path = os.path.join(folder, VALUE_WEIGHTS)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} is missing: this checkpoint was not written by slimrl's PPOTrainer, so the "
-                                "value function cannot be restored.")
+        raise FileNotFoundError(
+            f"{path} is missing: this checkpoint was not written by slimrl's PPOTrainer, so the "
+            "value function cannot be restored."
+        )
     load_trainable_state(critic, load_file(path))
 
 
 def save_ppo_state(folder: str, step: int, episode: int, rollout: RolloutBatch | None, metrics: dict) -> None:
     os.makedirs(folder, exist_ok=True)
-    state = {"step": step, "episode": episode, "rollout": None if rollout is None else rollout.state_dict(),
-             "metrics": {name: list(values) for name, values in metrics.items()}}
+    state = {
+        "step": step,
+        "episode": episode,
+        "rollout": None if rollout is None else rollout.state_dict(),
+        "metrics": {name: list(values) for name, values in metrics.items()},
+    }
     torch.save(state, os.path.join(folder, PPO_STATE))
 
 
@@ -49,8 +55,10 @@ def load_ppo_state(folder: str, device):
     """(step, episode, rollout or None, unlogged metrics) from a checkpoint folder."""
     path = os.path.join(folder, PPO_STATE)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} is missing: resume_from_checkpoint must point at a checkpoint written by "
-                                "slimrl's PPOTrainer (checkpoint-N in its output_dir).")
+        raise FileNotFoundError(
+            f"{path} is missing: resume_from_checkpoint must point at a checkpoint written by "
+            "slimrl's PPOTrainer (checkpoint-N in its output_dir)."
+        )
     state = torch.load(path, map_location="cpu", weights_only=True)
     rollout = None if state["rollout"] is None else RolloutBatch.from_state_dict(state["rollout"], device)
     return state["step"], state["episode"], rollout, state["metrics"]

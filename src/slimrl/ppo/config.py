@@ -55,8 +55,10 @@ def check_ppo_fields(args) -> None:
         raise ValueError(f"missing_eos_penalty must be >= 0 (it is subtracted), got {args.missing_eos_penalty}.")
     eval_strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
     if eval_strategy != "no":
-        raise ValueError(f"eval_strategy={eval_strategy!r}: slimrl's PPOTrainer has no evaluation loop (TRL's PPO "
-                         "only printed sample completions); set eval_strategy='no'.")
+        raise ValueError(
+            f"eval_strategy={eval_strategy!r}: slimrl's PPOTrainer has no evaluation loop (TRL's PPO "
+            "only printed sample completions); set eval_strategy='no'."
+        )
     if args.total_episodes is not None and args.total_episodes < 1:
         raise ValueError(f"total_episodes must be >= 1, got {args.total_episodes}.")
 
@@ -80,41 +82,70 @@ def with_config_setup(family: Family):
 class PPOConfig(_BaseConfig):
     """Configuration of `slimrl.PPOTrainer` (TRL's PPO fields; see the module docstring for the choices)."""
 
-    remove_unused_columns: bool | None = field(default=False, metadata={
-        "help": "Keep only the columns the model's forward takes. False (default): every dataset column reaches the "
-                "reward functions as a keyword argument."})
+    remove_unused_columns: bool | None = field(
+        default=False,
+        metadata={
+            "help": "Keep only the columns the model's forward takes. False (default): every dataset column "
+            "reaches the reward functions as a keyword argument."
+        },
+    )
     dataset_num_proc: int | None = field(default=None, metadata={"help": "Processes for dataset preprocessing."})
-    num_mini_batches: int = field(default=1, metadata={
-        "help": "Mini-batches per rollout; each is one optimizer step of per_device_train_batch_size x "
-                "gradient_accumulation_steps rows."})
-    total_episodes: int | None = field(default=None, metadata={
-        "help": "Total rollout rows to train on (sets max_steps); unset: num_train_epochs or max_steps decide."})
-    local_rollout_forward_batch_size: int = field(default=64, metadata={
-        "help": "Rows per generation call and per no-grad forward (reference, old log-probs, values, reward model) "
-                "in the rollout phase."})
+    num_mini_batches: int = field(
+        default=1,
+        metadata={
+            "help": "Mini-batches per rollout; each is one optimizer step of per_device_train_batch_size x "
+            "gradient_accumulation_steps rows."
+        },
+    )
+    total_episodes: int | None = field(
+        default=None,
+        metadata={
+            "help": "Total rollout rows to train on (sets max_steps); unset: num_train_epochs or max_steps decide."
+        },
+    )
+    local_rollout_forward_batch_size: int = field(
+        default=64,
+        metadata={
+            "help": "Rows per generation call and per no-grad forward (reference, old log-probs, values, reward model) "
+            "in the rollout phase."
+        },
+    )
     response_length: int = field(default=53, metadata={"help": "Largest number of generated tokens per response."})
-    stop_token: Literal["eos"] | None = field(default=None, metadata={
-        "help": "'eos': responses end at the tokenizer's EOS. None (TRL's default): no stop token unless stop_token_id "
-                "is set, every response runs to response_length."})
-    stop_token_id: int | None = field(default=None, metadata={
-        "help": "Token id that ends a response (exclusive with stop_token)."})
-    temperature: float = field(default=0.7, metadata={
-        "help": "Sampling temperature of the rollouts and of the log-probs."})
-    missing_eos_penalty: float | None = field(default=None, metadata={
-        "help": "Subtracted from the score of responses without an EOS token (must be >= 0)."})
+    stop_token: Literal["eos"] | None = field(
+        default=None,
+        metadata={
+            "help": "'eos': responses end at the tokenizer's EOS. None (TRL's default): no stop token unless "
+            "stop_token_id is set, every response runs to response_length."
+        },
+    )
+    stop_token_id: int | None = field(
+        default=None, metadata={"help": "Token id that ends a response (exclusive with stop_token)."}
+    )
+    temperature: float = field(
+        default=0.7, metadata={"help": "Sampling temperature of the rollouts and of the log-probs."}
+    )
+    missing_eos_penalty: float | None = field(
+        default=None, metadata={"help": "Subtracted from the score of responses without an EOS token (must be >= 0)."}
+    )
     num_ppo_epochs: int = field(default=4, metadata={"help": "Passes over each rollout batch."})
     whiten_rewards: bool = field(default=False, metadata={"help": "Whiten the per-token rewards before GAE."})
     kl_coef: float = field(default=0.05, metadata={"help": "Weight of the per-token KL penalty in the reward."})
-    kl_estimator: Literal["k1", "k3"] = field(default="k1", metadata={
-        "help": "KL estimator of the penalty: 'k1' (log-ratio) or 'k3' (lower variance); see "
-                "http://joschu.net/blog/kl-approx.html."})
+    kl_estimator: Literal["k1", "k3"] = field(
+        default="k1",
+        metadata={
+            "help": "KL estimator of the penalty: 'k1' (log-ratio) or 'k3' (lower variance); see "
+            "http://joschu.net/blog/kl-approx.html."
+        },
+    )
     cliprange: float = field(default=0.2, metadata={"help": "Clip range of the policy ratio."})
     vf_coef: float = field(default=0.1, metadata={"help": "Weight of the value loss."})
     cliprange_value: float = field(default=0.2, metadata={"help": "Clip range of the value predictions."})
     gamma: float = field(default=1.0, metadata={"help": "Discount factor."})
     lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
-    reward_weights: list[float] | None = field(default=None, metadata={
-        "help": "Weights of the reward functions/models when there are several (default: all 1)."})
+    reward_weights: list[float] | None = field(
+        default=None,
+        metadata={"help": "Weights of the reward functions/models when there are several (default: all 1)."},
+    )
 
     def __post_init__(self):  # after slimrl's set-up (precision, check_ppo_fields): see with_config_setup
         super().__post_init__()
@@ -157,5 +188,6 @@ class PPOConfig(_BaseConfig):
         if self.max_steps > 0 and self.max_steps != steps:
             raise ValueError(
                 f"total_episodes={self.total_episodes} means {steps} optimizer steps (rollouts of {self.batch_size} "
-                f"rows x {self.steps_per_rollout} steps each), but max_steps={self.max_steps}: set one of them.")
+                f"rows x {self.steps_per_rollout} steps each), but max_steps={self.max_steps}: set one of them."
+            )
         self.max_steps = steps

@@ -90,8 +90,13 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     return advantages * mask, (advantages + values) * mask
 
 
-def policy_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                mask: torch.Tensor, cliprange: float):
+def policy_loss(
+    new_logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    cliprange: float,
+):
     """PPO's clipped surrogate: (loss, stats) with stats `clipfrac`, `approxkl`, `ratio` (masked means, no grad)."""
     log_ratio = new_logprobs - old_logprobs
     ratio = torch.exp(log_ratio)
@@ -99,14 +104,17 @@ def policy_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantag
     clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
     loss = masked_mean(torch.max(unclipped, clipped), mask)
     with torch.no_grad():
-        stats = {"clipfrac": masked_mean((clipped > unclipped).float(), mask),
-                 "approxkl": 0.5 * masked_mean(log_ratio**2, mask),
-                 "ratio": masked_mean(ratio, mask)}
+        stats = {
+            "clipfrac": masked_mean((clipped > unclipped).float(), mask),
+            "approxkl": 0.5 * masked_mean(log_ratio**2, mask),
+            "ratio": masked_mean(ratio, mask),
+        }
     return loss, stats
 
 
-def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               cliprange_value: float):
+def value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, cliprange_value: float
+):
     """PPO's clipped value loss: (loss, clipfrac). Predictions may move at most `cliprange_value` from the
     rollout's values before the clipped branch takes over (the larger of the two squared errors counts)."""
     clipped_values = torch.clamp(values, old_values - cliprange_value, old_values + cliprange_value)

@@ -74,8 +74,10 @@ def reward_sources(reward_model, reward_funcs) -> list:
     sources = [] if given is None else list(given) if isinstance(given, (list, tuple)) else [given]
     for source in sources:
         if not isinstance(source, nn.Module) and not callable(source):
-            raise TypeError(f"A reward source must be a reward model (nn.Module) or a function f(prompts, "
-                            f"completions, completion_ids, **kwargs) -> list[float]; got {type(source).__name__}.")
+            raise TypeError(
+                f"A reward source must be a reward model (nn.Module) or a function f(prompts, "
+                f"completions, completion_ids, **kwargs) -> list[float]; got {type(source).__name__}."
+            )
         if isinstance(source, nn.Module):
             source.requires_grad_(False)
             source.eval()
@@ -86,8 +88,10 @@ def policy_with_peft(model, peft_config):
     if peft_config is None:
         return model
     if is_peft(model):
-        raise ValueError("peft_config= was given but the model already has a LoRA adapter (a PeftModel): pass "
-                         "either a plain model with peft_config, or the PeftModel without it.")
+        raise ValueError(
+            "peft_config= was given but the model already has a LoRA adapter (a PeftModel): pass "
+            "either a plain model with peft_config, or the PeftModel without it."
+        )
     from peft import get_peft_model
 
     return get_peft_model(model, peft_config)
@@ -98,8 +102,10 @@ def build_models(model, ref_model, value_model, sources: list, peft_config, temp
 
     policy = policy_with_peft(model, peft_config)
     if ref_model is not None and ref_model is policy:
-        raise ValueError("ref_model is the policy model itself: pass ref_model=None (LoRA: the adapter-disabled base "
-                         "is the reference; full model: slimrl makes a frozen copy).")
+        raise ValueError(
+            "ref_model is the policy model itself: pass ref_model=None (LoRA: the adapter-disabled base "
+            "is the reference; full model: slimrl makes a frozen copy)."
+        )
     check_plain_head(policy)
     if is_peft(policy):
         reference, adapters_off = (ref_model, False) if ref_model is not None else (policy, True)
@@ -131,9 +137,11 @@ def check_plain_head(policy) -> None:
     and generation would sample from a different model than the one scored (TRL's GRPO refuses it too)."""
     head = transformers_model(policy).get_output_embeddings()
     if type(head) is not nn.Linear:
-        raise ValueError(f"The policy's output layer is a {type(head).__name__}, not a plain nn.Linear (a LoRA or "
-                         "modules_to_save on lm_head?): slimrl's PPO scores tokens from lm_head.weight directly. "
-                         "Leave lm_head out of the LoRA target_modules / modules_to_save.")
+        raise ValueError(
+            f"The policy's output layer is a {type(head).__name__}, not a plain nn.Linear (a LoRA or "
+            "modules_to_save on lm_head?): slimrl's PPO scores tokens from lm_head.weight directly. "
+            "Leave lm_head out of the LoRA target_modules / modules_to_save."
+        )
 
 
 def critic_on_reference(reference, value_model, user_reference: bool):
@@ -143,8 +151,9 @@ def critic_on_reference(reference, value_model, user_reference: bool):
     from peft import LoraConfig, get_peft_model
 
     if user_reference:
-        logger.info("slimrl: the value adapter %r is added to the ref_model you passed (its weights stay frozen)",
-                    VALUE_ADAPTER)
+        logger.info(
+            "slimrl: the value adapter %r is added to the ref_model you passed (its weights stay frozen)", VALUE_ADAPTER
+        )
     wrapped = get_peft_model(reference, LoraConfig(**VALUE_LORA), adapter_name=VALUE_ADAPTER)
     return wrapped, True, AdapterCritic(wrapped)
 
@@ -161,14 +170,19 @@ def response_logprobs(model, input_ids, attention_mask, context_length: int, ent
     """(log-probs, entropy or None), `[B, C]` over the response columns, from the lean head (no [B, T, V])."""
     labels = input_ids.masked_fill(attention_mask == 0, -100)
     labels[:, :context_length] = -100
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_of(attention_mask),
-                labels=labels, fused_lm_head=True)
-    logprobs = out.log_probs[:, context_length - 1:]
-    ent = out.entropy[:, context_length - 1:] if entropy and out.entropy is not None else None
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_of(attention_mask),
+        labels=labels,
+        fused_lm_head=True,
+    )
+    logprobs = out.log_probs[:, context_length - 1 :]
+    ent = out.entropy[:, context_length - 1 :] if entropy and out.entropy is not None else None
     return logprobs, ent
 
 
 def response_values(critic, input_ids, attention_mask, context_length: int) -> torch.Tensor:
     """`[B, C]`: the value of the state before each response token."""
     values = critic(input_ids, attention_mask, position_ids_of(attention_mask))
-    return values[:, context_length - 1:-1]
+    return values[:, context_length - 1 : -1]

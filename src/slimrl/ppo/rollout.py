@@ -46,8 +46,12 @@ class RolloutBatch:
         rows = rows.to(self.input_ids.device)
         length = max(int(self.response_mask[rows].sum(1).max().item()), 1)
         width = self.context_length + length
-        return RolloutBatch(self.input_ids[rows, :width], self.attention_mask[rows, :width], self.context_length,
-                            *(getattr(self, f.name)[rows, :length] for f in fields(self)[3:]))
+        return RolloutBatch(
+            self.input_ids[rows, :width],
+            self.attention_mask[rows, :width],
+            self.context_length,
+            *(getattr(self, f.name)[rows, :length] for f in fields(self)[3:]),
+        )
 
     def state_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -79,8 +83,12 @@ def prompt_token_ids(batch, tokenizer) -> tuple[list[list[int]], list]:
         return ids, tokenizer.batch_decode(ids, skip_special_tokens=True)
     if "prompt" in batch[0]:
         prompts = [row["prompt"] for row in batch]
-        texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
-                 if is_conversational_prompt(p) else p for p in prompts]
+        texts = [
+            tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+            if is_conversational_prompt(p)
+            else p
+            for p in prompts
+        ]
         return tokenizer(texts, add_special_tokens=False)["input_ids"], prompts
     if "input_ids" in batch[0]:
         ids = [list(row["input_ids"]) for row in batch]
@@ -126,20 +134,34 @@ def generation_config(args, stop_ids: list[int], pad_id: int):
     # generate fills every None field from the model's own generation_config, so each sampling field is explicit
     # (a model default such as repetition_penalty=1.1 would otherwise change the sampler the loss assumes), and
     # eos_token_id=[] means "never stop early"
-    return GenerationConfig(max_new_tokens=args.response_length, do_sample=True, temperature=args.temperature,
-                            top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, repetition_penalty=1.0,
-                            eos_token_id=list(stop_ids), pad_token_id=pad_id, disable_compile=True)
+    return GenerationConfig(
+        max_new_tokens=args.response_length,
+        do_sample=True,
+        temperature=args.temperature,
+        top_k=0,
+        top_p=1.0,
+        min_p=0.0,
+        typical_p=1.0,
+        repetition_penalty=1.0,
+        eos_token_id=list(stop_ids),
+        pad_token_id=pad_id,
+        disable_compile=True,
+    )
 
 
 @torch.no_grad()
-def generate_hf(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, config, chunk_size: int,
-                stop_ids: list[int]) -> list[list[int]]:
+def generate_hf(
+    model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, config, chunk_size: int, stop_ids: list[int]
+) -> list[list[int]]:
     """Sample one response per prompt with HF generate, in chunks (the caller has put the model in inference mode)."""
     responses = []
     for start in range(0, prompt_ids.shape[0], chunk_size):
-        out = model.generate(input_ids=prompt_ids[start:start + chunk_size],
-                             attention_mask=prompt_mask[start:start + chunk_size], generation_config=config)
-        responses += [trim_at_stop(row.tolist(), stop_ids) for row in out[:, prompt_ids.shape[1]:]]
+        out = model.generate(
+            input_ids=prompt_ids[start : start + chunk_size],
+            attention_mask=prompt_mask[start : start + chunk_size],
+            generation_config=config,
+        )
+        responses += [trim_at_stop(row.tolist(), stop_ids) for row in out[:, prompt_ids.shape[1] :]]
     return responses
 
 
@@ -147,8 +169,14 @@ def generate_vllm(engine, model, prompt_lists: list[list[int]], args, stop_ids: 
     """Sample one response per prompt on the model's vLLM engine (which syncs the current adapter first)."""
     from vllm import SamplingParams
 
-    params = SamplingParams(n=1, temperature=args.temperature, top_p=1.0, max_tokens=args.response_length,
-                            stop_token_ids=list(stop_ids) or None, ignore_eos=not stop_ids)
+    params = SamplingParams(
+        n=1,
+        temperature=args.temperature,
+        top_p=1.0,
+        max_tokens=args.response_length,
+        stop_token_ids=list(stop_ids) or None,
+        ignore_eos=not stop_ids,
+    )
     outputs = engine.generate([{"prompt_token_ids": ids} for ids in prompt_lists], params, model=model)
     engine.sleep()
     return [trim_at_stop(list(out.outputs[0].token_ids), stop_ids) for out in outputs]
@@ -171,25 +199,46 @@ def reward_model_scores(reward_model, tokenizer, prompts: list, completions: lis
     device = next(reward_model.parameters()).device
     scores = []
     for start in range(0, len(texts), chunk_size):
-        enc = tokenizer(texts[start:start + chunk_size], return_tensors="pt", padding=True, padding_side="right",
-                        add_special_tokens=False).to(device)
+        enc = tokenizer(
+            texts[start : start + chunk_size],
+            return_tensors="pt",
+            padding=True,
+            padding_side="right",
+            add_special_tokens=False,
+        ).to(device)
         scores.append(reward_model(**enc).logits[:, 0].float())
     return torch.cat(scores)
 
 
-def score_completions(reward_funcs: list, weights, tokenizer, prompts: list, completions: list,
-                      completion_ids: list[list[int]], columns: dict, trainer_state, chunk_size: int):
+def score_completions(
+    reward_funcs: list,
+    weights,
+    tokenizer,
+    prompts: list,
+    completions: list,
+    completion_ids: list[list[int]],
+    columns: dict,
+    trainer_state,
+    chunk_size: int,
+):
     """Weighted NaN-skipping sum over the reward sources: `[R]` float32 (CPU)."""
     per_source = []
     for source in reward_funcs:
         if isinstance(source, nn.Module):
             values = reward_model_scores(source, tokenizer, prompts, completions, chunk_size).cpu()
         else:
-            out = source(prompts=prompts, completions=completions, completion_ids=completion_ids,
-                         trainer_state=trainer_state, **columns)
+            out = source(
+                prompts=prompts,
+                completions=completions,
+                completion_ids=completion_ids,
+                trainer_state=trainer_state,
+                **columns,
+            )
             if len(out) != len(prompts):
-                raise ValueError(f"reward function {getattr(source, '__name__', source)!r} returned {len(out)} "
-                                 f"rewards for {len(prompts)} completions: return one per completion.")
+                raise ValueError(
+                    f"reward function {getattr(source, '__name__', source)!r} returned {len(out)} "
+                    f"rewards for {len(prompts)} completions: return one per completion."
+                )
             values = torch.tensor([float("nan") if r is None else float(r) for r in out], dtype=torch.float32)
         per_source.append(values)
     stacked = torch.stack(per_source, dim=1)

@@ -56,8 +56,17 @@ class RolloutPhase:
         finally:
             for_training(policy)
         mask = response_mask.float()
-        return self._finish_rollout(input_ids, attention_mask, prompt_ids.shape[1], mask, response_ids, scores,
-                                    logprobs * mask, ref_logprobs * mask, values * mask)
+        return self._finish_rollout(
+            input_ids,
+            attention_mask,
+            prompt_ids.shape[1],
+            mask,
+            response_ids,
+            scores,
+            logprobs * mask,
+            ref_logprobs * mask,
+            values * mask,
+        )
 
     def _generate(self, policy, prompt_ids, prompt_mask, prompt_lists) -> list[list[int]]:
         from ..generation.vllm_engine import engine_of
@@ -67,18 +76,30 @@ class RolloutPhase:
         if engine is not None:
             return generate_vllm(engine, policy, prompt_lists, self.args, stop_ids)
         config = generation_config(self.args, stop_ids, self.processing_class.pad_token_id)
-        return generate_hf(policy, prompt_ids, prompt_mask, config, self.args.local_rollout_forward_batch_size,
-                           stop_ids)
+        return generate_hf(
+            policy, prompt_ids, prompt_mask, config, self.args.local_rollout_forward_batch_size, stop_ids
+        )
 
     def _scores(self, rows, prompts, responses) -> torch.Tensor:
         texts = self.processing_class.batch_decode(responses, skip_special_tokens=True)
         columns = {}
         if isinstance(rows, list):
-            columns = {key: [row[key] for row in rows] for key in rows[0] if key not in ("prompt", "completion",
-                                                                                        "completion_ids")}
-        return score_completions(self.ppo.reward_funcs, self.args.reward_weights, self.processing_class, prompts,
-                                 completions_of(prompts, texts), responses, columns, self.state,
-                                 self.args.local_rollout_forward_batch_size)
+            columns = {
+                key: [row[key] for row in rows]
+                for key in rows[0]
+                if key not in ("prompt", "completion", "completion_ids")
+            }
+        return score_completions(
+            self.ppo.reward_funcs,
+            self.args.reward_weights,
+            self.processing_class,
+            prompts,
+            completions_of(prompts, texts),
+            responses,
+            columns,
+            self.state,
+            self.args.local_rollout_forward_batch_size,
+        )
 
     @torch.no_grad()
     def _rollout_forwards(self, input_ids, attention_mask, context_length: int):
@@ -87,7 +108,7 @@ class RolloutPhase:
         outputs = ([], [], [])
         with self.compute_loss_context_manager():
             for start in range(0, input_ids.shape[0], chunk):
-                ids, mask = input_ids[start:start + chunk], attention_mask[start:start + chunk]
+                ids, mask = input_ids[start : start + chunk], attention_mask[start : start + chunk]
                 outputs[0].append(response_logprobs(self.model, ids, mask, context_length)[0].float())
                 with ppo.reference_context():
                     outputs[1].append(response_logprobs(ppo.reference, ids, mask, context_length)[0].float())
@@ -95,8 +116,9 @@ class RolloutPhase:
                     outputs[2].append(response_values(ppo.critic, ids, mask, context_length).float())
         return tuple(torch.cat(parts) for parts in outputs)
 
-    def _finish_rollout(self, input_ids, attention_mask, context_length, mask, response_ids, scores, logprobs,
-                        ref_logprobs, values) -> RolloutBatch:
+    def _finish_rollout(
+        self, input_ids, attention_mask, context_length, mask, response_ids, scores, logprobs, ref_logprobs, values
+    ) -> RolloutBatch:
         args = self.args
         eos_id = self.processing_class.eos_token_id
         eos_tokens = (response_ids == eos_id) & (mask > 0) if eos_id is not None else torch.zeros_like(mask).bool()
@@ -116,14 +138,16 @@ class RolloutPhase:
     def _record_rollout(self, kl, non_score_reward, scores, logprobs, mask, eos_tokens) -> None:
         gather = self.accelerator.gather_for_metrics
         non_score = non_score_reward.sum(1).mean()
-        self._record({
-            "objective/kl": gather(kl.sum(1).mean()).mean(),
-            "objective/entropy": gather((-logprobs * mask).sum(1).mean()).mean(),
-            "objective/non_score_reward": gather(non_score).mean(),
-            "objective/rlhf_reward": gather(non_score + scores.mean()).mean(),
-            "objective/scores": gather(scores.mean()).mean(),
-            "val/num_eos_tokens": gather(eos_tokens.float().sum()).sum(),
-            "completions/mean_length": gather(mask.sum(1).mean()).mean(),
-            "episode": self._episode,
-            "eps": self._episode / max(time.time() - self._train_start, 1e-9),
-        })
+        self._record(
+            {
+                "objective/kl": gather(kl.sum(1).mean()).mean(),
+                "objective/entropy": gather((-logprobs * mask).sum(1).mean()).mean(),
+                "objective/non_score_reward": gather(non_score).mean(),
+                "objective/rlhf_reward": gather(non_score + scores.mean()).mean(),
+                "objective/scores": gather(scores.mean()).mean(),
+                "val/num_eos_tokens": gather(eos_tokens.float().sum()).sum(),
+                "completions/mean_length": gather(mask.sum(1).mean()).mean(),
+                "episode": self._episode,
+                "eps": self._episode / max(time.time() - self._train_start, 1e-9),
+            }
+        )

@@ -26,16 +26,26 @@ from .config import PPO_CONFIG
 
 def current_arguments(args, processing_class, config, tokenizer):
     """(args, processing_class) from TRL's names and the older ones (`config=`, `tokenizer=`)."""
-    given = {name: value for name, value in (("args", args), ("processing_class", processing_class),
-                                             ("config", config), ("tokenizer", tokenizer)) if value is not None}
+    given = {
+        name: value
+        for name, value in (
+            ("args", args),
+            ("processing_class", processing_class),
+            ("config", config),
+            ("tokenizer", tokenizer),
+        )
+        if value is not None
+    }
     for old, new in PPO_ARGUMENT_ALIASES:
         take_alias(given, old, new, "PPOTrainer")
     processing_class = given.get("processing_class")
     if isinstance(processing_class, nn.Module):
-        raise TypeError("processing_class is a model: positional arguments follow TRL's PPO order (args, "
-                        "processing_class, model, ref_model, reward_model, train_dataset, ...); TRL's older order "
-                        "(config, model, ref_model, tokenizer, ...) only works by keyword: PPOTrainer(config=..., "
-                        "model=..., tokenizer=...).")
+        raise TypeError(
+            "processing_class is a model: positional arguments follow TRL's PPO order (args, "
+            "processing_class, model, ref_model, reward_model, train_dataset, ...); TRL's older order "
+            "(config, model, ref_model, tokenizer, ...) only works by keyword: PPOTrainer(config=..., "
+            "model=..., tokenizer=...)."
+        )
     return given.get("args"), processing_class
 
 
@@ -43,12 +53,15 @@ def require_tokenizer(call: SetupCall) -> None:
     """PPO pads prompts and responses itself: a tokenizer is needed, and one without a pad token pads with eos."""
     tokenizer = call.arguments.get("processing_class")
     if tokenizer is None:
-        raise ValueError("PPOTrainer needs processing_class= (the tokenizer; tokenizer= is accepted too), unless "
-                         "the model comes from FastLanguageModel.from_pretrained, which attaches its own.")
+        raise ValueError(
+            "PPOTrainer needs processing_class= (the tokenizer; tokenizer= is accepted too), unless "
+            "the model comes from FastLanguageModel.from_pretrained, which attaches its own."
+        )
     if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
         notice(f"the tokenizer has no pad token: PPOTrainer pads with its eos token {tokenizer.eos_token!r}.")
         tokenizer.pad_token = tokenizer.eos_token
 
 
-PPO_SETUP = dataclasses.replace(PPO_CONFIG, adapters=(require_tokenizer,),
-                                checks=(dataset_check("ppo"), check_sequence_lengths))
+PPO_SETUP = dataclasses.replace(
+    PPO_CONFIG, adapters=(require_tokenizer,), checks=(dataset_check("ppo"), check_sequence_lengths)
+)

@@ -59,32 +59,79 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
     _tag_names = ["trl", "ppo", "slimrl"]  # noqa: RUF012  (TRL's _BaseTrainer declares it a list)
     _name = "PPO"
 
-    def __init__(self, args=None, processing_class=None, model=None, ref_model=None, reward_model=None,
-                 train_dataset=None, value_model=None, data_collator=None, eval_dataset=None,
-                 optimizers=(None, None), callbacks=None, peft_config=None, *, reward_funcs=None, config=None,
-                 tokenizer=None):
+    def __init__(
+        self,
+        args=None,
+        processing_class=None,
+        model=None,
+        ref_model=None,
+        reward_model=None,
+        train_dataset=None,
+        value_model=None,
+        data_collator=None,
+        eval_dataset=None,
+        optimizers=(None, None),
+        callbacks=None,
+        peft_config=None,
+        *,
+        reward_funcs=None,
+        config=None,
+        tokenizer=None,
+    ):
         args, processing_class = current_arguments(args, processing_class, config, tokenizer)
         if model is None:
-            raise ValueError("PPOTrainer needs model= (the policy: a causal LM, a PeftModel, or a model with "
-                             "peft_config=).")
+            raise ValueError(
+                "PPOTrainer needs model= (the policy: a causal LM, a PeftModel, or a model with peft_config=)."
+            )
         args = PPOConfig(output_dir="trainer_output") if args is None else args
         if not isinstance(args, PPOConfig):
-            raise TypeError(f"args must be slimrl's PPOConfig (from slimrl import PPOConfig), not "
-                            f"{type(args).__name__}.")
-        self._set_up(model=model, args=args, processing_class=processing_class, ref_model=ref_model,
-                     reward_funcs=reward_sources(reward_model, reward_funcs), train_dataset=train_dataset,
-                     value_model=value_model, data_collator=data_collator, eval_dataset=eval_dataset,
-                     optimizers=optimizers, callbacks=callbacks, peft_config=peft_config)
+            raise TypeError(
+                f"args must be slimrl's PPOConfig (from slimrl import PPOConfig), not {type(args).__name__}."
+            )
+        self._set_up(
+            model=model,
+            args=args,
+            processing_class=processing_class,
+            ref_model=ref_model,
+            reward_funcs=reward_sources(reward_model, reward_funcs),
+            train_dataset=train_dataset,
+            value_model=value_model,
+            data_collator=data_collator,
+            eval_dataset=eval_dataset,
+            optimizers=optimizers,
+            callbacks=callbacks,
+            peft_config=peft_config,
+        )
 
-    def _build(self, model, args, processing_class, ref_model, reward_funcs, train_dataset, value_model,
-               data_collator, eval_dataset, optimizers, callbacks, peft_config):
+    def _build(
+        self,
+        model,
+        args,
+        processing_class,
+        ref_model,
+        reward_funcs,
+        train_dataset,
+        value_model,
+        data_collator,
+        eval_dataset,
+        optimizers,
+        callbacks,
+        peft_config,
+    ):
         """The models (models.py), then TRL's `_BaseTrainer.__init__`; run inside the shared set-up (`_set_up`)."""
         self._user_optimizer = optimizers[0] is not None
         self.ppo = build_models(model, ref_model, value_model, reward_funcs, peft_config, args.temperature)
         self.ref_model = None if self.ppo.reference is self.ppo.policy else self.ppo.reference  # TRL's PPO name
-        super().__init__(model=self.ppo.policy, args=args, data_collator=data_collator or identity,
-                         train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=processing_class,
-                         callbacks=callbacks, optimizers=optimizers)
+        super().__init__(
+            model=self.ppo.policy,
+            args=args,
+            data_collator=data_collator or identity,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            callbacks=callbacks,
+            optimizers=optimizers,
+        )
         self._check_supported()
         for module in (self.ppo.critic, *[s for s in self.ppo.reward_funcs if isinstance(s, torch.nn.Module)]):
             module.to(self.accelerator.device)
@@ -97,34 +144,45 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
 
     def _check_supported(self) -> None:
         if self.accelerator.num_processes > 1:
-            raise NotImplementedError("slimrl's PPOTrainer runs in one process for now: the critic's forward does "
-                                      "not go through the DDP-wrapped model, so its gradients would not be synced.")
+            raise NotImplementedError(
+                "slimrl's PPOTrainer runs in one process for now: the critic's forward does "
+                "not go through the DDP-wrapped model, so its gradients would not be synced."
+            )
 
     # --- data ---
     def get_train_dataloader(self):
-        return self._get_dataloader(dataset=self.train_dataset, description="Training",
-                                    batch_size=self.args.local_batch_size, sampler_fn=self._get_train_sampler,
-                                    is_training=True)
+        return self._get_dataloader(
+            dataset=self.train_dataset,
+            description="Training",
+            batch_size=self.args.local_batch_size,
+            sampler_fn=self._get_train_sampler,
+            is_training=True,
+        )
 
     def _get_train_sampler(self, dataset=None):
         micro_steps = self.args.steps_per_rollout * self.args.gradient_accumulation_steps
-        return EpochSampler(dataset if dataset is not None else self.train_dataset, self.args.batch_size,
-                            micro_steps, self.args.seed)
+        return EpochSampler(
+            dataset if dataset is not None else self.train_dataset, self.args.batch_size, micro_steps, self.args.seed
+        )
 
     def _check_ready(self) -> None:
         """What train() needs, checked before any heavy work; each message says how to pass it."""
         missing = []
         if not self.ppo.reward_funcs:
-            missing.append("a reward source: reward_model= (a sequence-classification model) or reward_funcs= "
-                           "(functions f(prompts, completions, completion_ids, **kwargs) -> list[float])")
+            missing.append(
+                "a reward source: reward_model= (a sequence-classification model) or reward_funcs= "
+                "(functions f(prompts, completions, completion_ids, **kwargs) -> list[float])"
+            )
         if self.train_dataset is None:
             missing.append("train_dataset= (rows with a 'prompt' or an 'input_ids' column)")
         if missing:
             raise ValueError("PPOTrainer.train() needs " + " and ".join(missing) + ". Pass them to PPOTrainer(...).")
         if hasattr(self.train_dataset, "__len__") and len(self.train_dataset) < self.args.batch_size:
-            raise ValueError(f"train_dataset has {len(self.train_dataset)} rows, fewer than one rollout "
-                             f"({self.args.batch_size} = per_device_train_batch_size x gradient_accumulation_steps x "
-                             "num_mini_batches x processes): add rows or lower those sizes.")
+            raise ValueError(
+                f"train_dataset has {len(self.train_dataset)} rows, fewer than one rollout "
+                f"({self.args.batch_size} = per_device_train_batch_size x gradient_accumulation_steps x "
+                "num_mini_batches x processes): add rows or lower those sizes."
+            )
 
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
         self._check_ready()
@@ -133,12 +191,17 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
             if resume_from_checkpoint is None:
                 raise ValueError(f"No checkpoint found in output_dir {self.args.output_dir!r} to resume from.")
         if resume_from_checkpoint:
-            self._step, self._episode, self._buffer, metrics = load_ppo_state(resume_from_checkpoint,
-                                                                              self.accelerator.device)
+            self._step, self._episode, self._buffer, metrics = load_ppo_state(
+                resume_from_checkpoint, self.accelerator.device
+            )
             self._metrics["train"] = defaultdict(list, metrics)
         self._train_start = time.time()
-        return super().train(resume_from_checkpoint=resume_from_checkpoint or None, trial=trial,
-                             ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+        return super().train(
+            resume_from_checkpoint=resume_from_checkpoint or None,
+            trial=trial,
+            ignore_keys_for_eval=ignore_keys_for_eval,
+            **kwargs,
+        )
 
     # --- one micro-batch (the shared training_step wrapper records peak_memory_gb) ---
     def _ppo_step(self, model, inputs, num_items_in_batch=None):
@@ -168,15 +231,16 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
         generator = torch.Generator().manual_seed(args.seed * 1_000_003 + rollout_index * 1009 + epoch)
         order = torch.randperm(args.local_batch_size, generator=generator)
         size = args.per_device_train_batch_size
-        return self._buffer.select(order[slot * size:(slot + 1) * size])
+        return self._buffer.select(order[slot * size : (slot + 1) * size])
 
     def _critic_step(self, batch, scale: float) -> torch.Tensor:
         from .models import response_values
 
         with self.ppo.critic.active():
             values = response_values(self.ppo.critic, batch.input_ids, batch.attention_mask, batch.context_length)
-            loss, clipfrac = core.value_loss(values, batch.values, batch.returns, batch.response_mask,
-                                             self.args.cliprange_value)
+            loss, clipfrac = core.value_loss(
+                values, batch.values, batch.returns, batch.response_mask, self.args.cliprange_value
+            )
             self.accelerator.backward(loss * (self.args.vf_coef * scale))
         self._record({"loss/value_avg": loss, "val/clipfrac_avg": clipfrac})
         return loss.detach()
@@ -184,14 +248,22 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
     def _policy_step(self, model, batch, scale: float) -> torch.Tensor:
         from .models import response_logprobs
 
-        logprobs, entropy = response_logprobs(model, batch.input_ids, batch.attention_mask, batch.context_length,
-                                              entropy=True)
-        loss, stats = core.policy_loss(logprobs, batch.logprobs, batch.advantages, batch.response_mask,
-                                       self.args.cliprange)
+        logprobs, entropy = response_logprobs(
+            model, batch.input_ids, batch.attention_mask, batch.context_length, entropy=True
+        )
+        loss, stats = core.policy_loss(
+            logprobs, batch.logprobs, batch.advantages, batch.response_mask, self.args.cliprange
+        )
         self.accelerator.backward(loss * scale)
-        self._record({"loss/policy_avg": loss, "policy/approxkl_avg": stats["approxkl"],
-                      "policy/clipfrac_avg": stats["clipfrac"], "val/ratio": stats["ratio"],
-                      "policy/entropy_avg": core.masked_mean(entropy.detach(), batch.response_mask)})
+        self._record(
+            {
+                "loss/policy_avg": loss,
+                "policy/approxkl_avg": stats["approxkl"],
+                "policy/clipfrac_avg": stats["clipfrac"],
+                "val/ratio": stats["ratio"],
+                "policy/entropy_avg": core.masked_mean(entropy.detach(), batch.response_mask),
+            }
+        )
         return loss.detach()
 
     def _record(self, values: dict) -> None:
@@ -223,8 +295,11 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
     # --- logging ---
     def log(self, logs: dict, start_time: float | None = None) -> None:
         window = self._metrics["train"]  # PPO has no evaluation loop (see _check_supported)
-        metrics = {name: values[-1] if name in LATEST_VALUE else sum(values) / len(values)
-                   for name, values in window.items() if values}
+        metrics = {
+            name: values[-1] if name in LATEST_VALUE else sum(values) / len(values)
+            for name, values in window.items()
+            if values
+        }
         ratios = window.get("val/ratio", [])
         if ratios:
             metrics["val/ratio_var"] = float(torch.tensor(ratios).var()) if len(ratios) > 1 else 0.0

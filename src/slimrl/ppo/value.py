@@ -69,8 +69,10 @@ def use_adapter(peft_model, name: str, trainable: list[nn.Parameter]):
 def add_value_adapter(peft_model, lora_config) -> None:
     """Add the value adapter (refusing a name clash) without changing the active adapter."""
     if VALUE_ADAPTER in peft_model.peft_config:
-        raise ValueError(f"The model already has an adapter named {VALUE_ADAPTER!r}; slimrl's PPO adds its value "
-                         "adapter under that name. Rename or delete yours, or pass value_model=.")
+        raise ValueError(
+            f"The model already has an adapter named {VALUE_ADAPTER!r}; slimrl's PPO adds its value "
+            "adapter under that name. Rename or delete yours, or pass value_model=."
+        )
     peft_model.add_adapter(VALUE_ADAPTER, lora_config)
     for name, p in peft_model.named_parameters():
         if f".{VALUE_ADAPTER}." in name and "lora_" in name:
@@ -88,16 +90,20 @@ class AdapterCritic(nn.Module):
         device = next(peft_model.parameters()).device
         self.head.to(device)
         object.__setattr__(self, "peft_model", peft_model)  # not a submodule: the base belongs to the policy/ref
-        self.adapter_params = [p for n, p in peft_model.named_parameters()
-                               if f".{VALUE_ADAPTER}." in n and "lora_" in n]
+        self.adapter_params = [
+            p for n, p in peft_model.named_parameters() if f".{VALUE_ADAPTER}." in n and "lora_" in n
+        ]
         self.keep_trainable = list(shared_trainable or []) + self.adapter_params
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return self.adapter_params + list(self.head.parameters())
 
     def named_trainable(self) -> dict[str, nn.Parameter]:
-        named = {f"adapter.{n}": p for n, p in self.peft_model.named_parameters()
-                 if f".{VALUE_ADAPTER}." in n and "lora_" in n}
+        named = {
+            f"adapter.{n}": p
+            for n, p in self.peft_model.named_parameters()
+            if f".{VALUE_ADAPTER}." in n and "lora_" in n
+        }
         return {**named, **{f"head.{n}": p for n, p in self.head.named_parameters()}}
 
     def active(self):
@@ -111,8 +117,9 @@ class AdapterCritic(nn.Module):
 
     def forward(self, input_ids, attention_mask, position_ids=None) -> torch.Tensor:
         backbone = self.peft_model.get_base_model().base_model
-        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          use_cache=False).last_hidden_state
+        hidden = backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
         return self.head(hidden)
 
 
@@ -122,9 +129,11 @@ class ModuleCritic(nn.Module):
     def __init__(self, value_model):
         super().__init__()
         if not hasattr(value_model, "score") or not hasattr(value_model, "base_model_prefix"):
-            raise ValueError("value_model must look like AutoModelForSequenceClassification(num_labels=1) (a backbone "
-                             f"and a `score` head); got {type(value_model).__name__}. Or leave value_model unset: "
-                             "slimrl then trains a value adapter on the base model.")
+            raise ValueError(
+                "value_model must look like AutoModelForSequenceClassification(num_labels=1) (a backbone "
+                f"and a `score` head); got {type(value_model).__name__}. Or leave value_model unset: "
+                "slimrl then trains a value adapter on the base model."
+            )
         self.value_model = value_model
 
     def trainable_parameters(self) -> list[nn.Parameter]:
@@ -141,8 +150,9 @@ class ModuleCritic(nn.Module):
 
     def forward(self, input_ids, attention_mask, position_ids=None) -> torch.Tensor:
         backbone = getattr(self.value_model, self.value_model.base_model_prefix)
-        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          use_cache=False).last_hidden_state
+        hidden = backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
         return self.value_model.score(hidden).squeeze(-1).float()
 
 
@@ -157,7 +167,9 @@ def load_trainable_state(critic, state: dict[str, torch.Tensor]) -> None:
     named = critic.named_trainable()
     missing, unexpected = sorted(set(named) - set(state)), sorted(set(state) - set(named))
     if missing or unexpected:
-        raise ValueError(f"The saved value-function weights do not fit this critic: missing {missing[:3]}, "
-                         f"unexpected {unexpected[:3]}.")
+        raise ValueError(
+            f"The saved value-function weights do not fit this critic: missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]}."
+        )
     for name, p in named.items():
         p.copy_(state[name].to(p.device, p.dtype))

@@ -24,8 +24,7 @@ class Task:
     info: dict = field(default_factory=dict)
 
 
-def arithmetic_task(num_train_samples: int = 1000, num_eval_samples: int = 64, seed: int = 42,
-                    **options) -> Task:
+def arithmetic_task(num_train_samples: int = 1000, num_eval_samples: int = 64, seed: int = 42, **options) -> Task:
     """options: max_operand, operations ("+", "-" or "+-"), num_examples (worked example turns per prompt)."""
     import functools
 
@@ -36,8 +35,15 @@ def arithmetic_task(num_train_samples: int = 1000, num_eval_samples: int = 64, s
     if unknown:
         raise ValueError(f"unknown arithmetic option(s) {sorted(unknown)}; known: {sorted(arithmetic.DEFAULTS)}")
     train, evaluation = arithmetic.arithmetic_splits(num_train_samples, num_eval_samples, seed, **options)
-    return Task("arithmetic", train, evaluation, list(arithmetic.REWARD_FUNCS), arithmetic.ACCURACY_REWARD,
-                functools.partial(arithmetic.format_user_prompt, **options), dict(options))
+    return Task(
+        "arithmetic",
+        train,
+        evaluation,
+        list(arithmetic.REWARD_FUNCS),
+        arithmetic.ACCURACY_REWARD,
+        functools.partial(arithmetic.format_user_prompt, **options),
+        dict(options),
+    )
 
 
 BUILTIN_TASKS = {"arithmetic": arithmetic_task}
@@ -45,10 +51,20 @@ BUILTIN_TASKS = {"arithmetic": arithmetic_task}
 
 def get_builtin_task(name: str, **kwargs) -> Task:
     if name not in BUILTIN_TASKS:
-        raise ValueError(f"Unknown task {name!r}; built-in tasks: {sorted(BUILTIN_TASKS)} "
-                         "(or pass --dataset_name with --reward_funcs)")
+        raise ValueError(
+            f"Unknown task {name!r}; built-in tasks: {sorted(BUILTIN_TASKS)} "
+            "(or pass --dataset_name with --reward_funcs)"
+        )
     return BUILTIN_TASKS[name](**kwargs)
 
 
-__all__ = ["Task", "BUILTIN_TASKS", "get_builtin_task", "arithmetic_task", "format_reward", "correctness_reward",
-           "parse_answer", "completion_text"]
+__all__ = [
+    "Task",
+    "BUILTIN_TASKS",
+    "get_builtin_task",
+    "arithmetic_task",
+    "format_reward",
+    "correctness_reward",
+    "parse_answer",
+    "completion_text",
+]

@@ -44,8 +44,10 @@ def build_prompt(question: str, examples: list[tuple[str, int]]) -> list[dict]:
     """Conversational prompt: the instruction as system message, the worked example turns, then the real question."""
     messages = [{"role": "system", "content": INSTRUCTION}]
     for example_question, example_answer in examples:
-        messages += [{"role": "user", "content": example_question},
-                     {"role": "assistant", "content": f"<answer>{example_answer}</answer>"}]
+        messages += [
+            {"role": "user", "content": example_question},
+            {"role": "assistant", "content": f"<answer>{example_answer}</answer>"},
+        ]
     return messages + [{"role": "user", "content": question}]
 
 
@@ -84,13 +86,19 @@ def check_options(max_operand: int, operations: str, num_examples: int) -> None:
     if not operations or set(operations) - set("+-"):
         raise ValueError(f"operations must be made of '+' and '-', got {operations!r}")
     if not isinstance(num_examples, int) or num_examples < 1:
-        raise ValueError(f"num_examples must be >= 1 (with none, SmolLM2-135M never uses the format), "
-                         f"got {num_examples!r}")
+        raise ValueError(
+            f"num_examples must be >= 1 (with none, SmolLM2-135M never uses the format), got {num_examples!r}"
+        )
 
 
-def arithmetic_splits(num_train_samples: int = 1000, num_eval_samples: int = 64, seed: int = 42,
-                      max_operand: int = DEFAULTS["max_operand"], operations: str = DEFAULTS["operations"],
-                      num_examples: int = DEFAULTS["num_examples"]):
+def arithmetic_splits(
+    num_train_samples: int = 1000,
+    num_eval_samples: int = 64,
+    seed: int = 42,
+    max_operand: int = DEFAULTS["max_operand"],
+    operations: str = DEFAULTS["operations"],
+    num_examples: int = DEFAULTS["num_examples"],
+):
     """(train, eval) `datasets.Dataset`s with columns prompt (messages), answer (str integer), question (str)."""
     from datasets import Dataset
 
@@ -99,9 +107,11 @@ def arithmetic_splits(num_train_samples: int = 1000, num_eval_samples: int = 64,
     check_options(max_operand, operations, num_examples)
     problems = problem_space(max_operand, operations)
     if num_eval_samples > len(problems) // 2:
-        raise ValueError(f"num_eval_samples={num_eval_samples} is more than half of the {len(problems)} distinct "
-                         f"problems with max_operand={max_operand} and operations={operations!r}: too few would be "
-                         "left to train on. Lower num_eval_samples or raise max_operand.")
+        raise ValueError(
+            f"num_eval_samples={num_eval_samples} is more than half of the {len(problems)} distinct "
+            f"problems with max_operand={max_operand} and operations={operations!r}: too few would be "
+            "left to train on. Lower num_eval_samples or raise max_operand."
+        )
     rng = random.Random(seed)
     rng.shuffle(problems)
     # Held out by construction: eval takes distinct problems first, train draws only from the rest (repeating them
@@ -112,13 +122,19 @@ def arithmetic_splits(num_train_samples: int = 1000, num_eval_samples: int = 64,
     while len(train_rows) < num_train_samples:
         order = rest[:]
         rng.shuffle(order)
-        train_rows += [_row(p, rng, max_operand, operations, num_examples)
-                       for p in order[:num_train_samples - len(train_rows)]]
+        train_rows += [
+            _row(p, rng, max_operand, operations, num_examples) for p in order[: num_train_samples - len(train_rows)]
+        ]
     return Dataset.from_list(train_rows), Dataset.from_list(eval_rows)
 
 
-def format_user_prompt(text: str, seed: int = 0, max_operand: int = DEFAULTS["max_operand"],
-                       operations: str = DEFAULTS["operations"], num_examples: int = DEFAULTS["num_examples"]):
+def format_user_prompt(
+    text: str,
+    seed: int = 0,
+    max_operand: int = DEFAULTS["max_operand"],
+    operations: str = DEFAULTS["operations"],
+    num_examples: int = DEFAULTS["num_examples"],
+):
     """Wrap free text from `slimrl generate` the way training prompts were built (same kind of worked examples)."""
     rng = random.Random(seed)
     return build_prompt(text.strip(), _examples(rng, num_examples, max_operand, operations, avoid=()))

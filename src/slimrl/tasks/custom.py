@@ -22,8 +22,16 @@ from collections.abc import Callable
 
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 # Arguments TRL itself passes to reward functions (grpo_trainer._calculate_rewards), never dataset columns
-TRL_REWARD_KWARGS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
-                     "environments", "kwargs"}
+TRL_REWARD_KWARGS = {
+    "prompts",
+    "completions",
+    "completion_ids",
+    "trainer_state",
+    "log_extra",
+    "log_metric",
+    "environments",
+    "kwargs",
+}
 
 
 class TaskError(ValueError):
@@ -65,13 +73,16 @@ def load_reward_func(spec: str) -> Callable:
         try:
             module = importlib.import_module(module_path)
         except Exception as exc:
-            raise TaskError(f"Could not import module {module_path!r} for reward {spec!r}: "
-                            f"{type(exc).__name__}: {exc}") from exc
+            raise TaskError(
+                f"Could not import module {module_path!r} for reward {spec!r}: {type(exc).__name__}: {exc}"
+            ) from exc
     else:
-        raise TaskError(f"Reward {spec!r} is neither a built-in (format_reward, correctness_reward, closeness_reward, "
-                        "accuracy_reward, "
-                        "think_format_reward, reasoning_accuracy_reward), a dotted path (pkg.module.func) nor "
-                        "path/to/file.py:func")
+        raise TaskError(
+            f"Reward {spec!r} is neither a built-in (format_reward, correctness_reward, closeness_reward, "
+            "accuracy_reward, "
+            "think_format_reward, reasoning_accuracy_reward), a dotted path (pkg.module.func) nor "
+            "path/to/file.py:func"
+        )
     func = getattr(module, func_name, None)
     if func is None:
         raise TaskError(f"{module.__name__!r} has no attribute {func_name!r} (reward {spec!r})")
@@ -89,8 +100,10 @@ def check_reward_columns(func: Callable, columns: list[str]) -> None:
     for p in params:
         needed = p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         if needed and p.name not in TRL_REWARD_KWARGS and p.name not in columns:
-            raise TaskError(f"Reward function {getattr(func, '__name__', func)!r} needs argument {p.name!r}, which "
-                            f"is not a dataset column (columns: {columns})")
+            raise TaskError(
+                f"Reward function {getattr(func, '__name__', func)!r} needs argument {p.name!r}, which "
+                f"is not a dataset column (columns: {columns})"
+            )
 
 
 def _load(dataset_name: str, dataset_config: str | None):
@@ -110,10 +123,18 @@ def _load(dataset_name: str, dataset_config: str | None):
         raise TaskError(f"Dataset {dataset_name!r} not found locally or on the Hub: {exc}") from exc
 
 
-def dataset_task(dataset_name: str, reward_funcs: list[str], dataset_config: str | None = None,
-                 prompt_column: str = "prompt", dataset_train_split: str = "train", dataset_test_split: str = "test",
-                 num_train_samples: int | None = None, num_eval_samples: int | None = None, seed: int = 42,
-                 accuracy_reward: str | None = None):
+def dataset_task(
+    dataset_name: str,
+    reward_funcs: list[str],
+    dataset_config: str | None = None,
+    prompt_column: str = "prompt",
+    dataset_train_split: str = "train",
+    dataset_test_split: str = "test",
+    num_train_samples: int | None = None,
+    num_eval_samples: int | None = None,
+    seed: int = 42,
+    accuracy_reward: str | None = None,
+):
     """A `Task` from a dataset and reward specs; every cheap check runs before the dataset is loaded."""
     from . import Task
 
@@ -126,8 +147,10 @@ def dataset_task(dataset_name: str, reward_funcs: list[str], dataset_config: str
         raise TaskError(f"Dataset {dataset_name!r} has no split {dataset_train_split!r} (splits: {list(splits)})")
     train = splits[dataset_train_split]
     if prompt_column not in train.column_names:
-        raise TaskError(f"Dataset {dataset_name!r} has no column {prompt_column!r} (columns: {train.column_names}); "
-                        "pass --prompt_column")
+        raise TaskError(
+            f"Dataset {dataset_name!r} has no column {prompt_column!r} (columns: {train.column_names}); "
+            "pass --prompt_column"
+        )
     if prompt_column != "prompt":
         if "prompt" in train.column_names:
             train = train.remove_columns("prompt")
@@ -146,5 +169,12 @@ def dataset_task(dataset_name: str, reward_funcs: list[str], dataset_config: str
         train = train.select(range(min(num_train_samples, len(train))))
     if evaluation is not None and num_eval_samples is not None:
         evaluation = evaluation.select(range(min(num_eval_samples, len(evaluation))))
-    return Task(os.path.basename(dataset_name.rstrip("/")) or dataset_name, train, evaluation, funcs, accuracy,
-                None, {"dataset_name": dataset_name, "reward_funcs": list(reward_funcs)})
+    return Task(
+        os.path.basename(dataset_name.rstrip("/")) or dataset_name,
+        train,
+        evaluation,
+        funcs,
+        accuracy,
+        None,
+        {"dataset_name": dataset_name, "reward_funcs": list(reward_funcs)},
+    )

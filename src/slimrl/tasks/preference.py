@@ -43,18 +43,27 @@ def preference_rows(rows: list[dict], seed: int, paired: bool) -> list[dict]:
         examples = [parse_answer_from_prompt_example(m) for m in row["prompt"] if m["role"] == "assistant"]
         wrong = _wrong_answer(rng, answer, [e for e in examples if e is not None])
         if paired:
-            out.append({"prompt": row["prompt"], "chosen": _message(answer), "rejected": _message(wrong),
-                        "answer": row["answer"]})
+            out.append(
+                {
+                    "prompt": row["prompt"],
+                    "chosen": _message(answer),
+                    "rejected": _message(wrong),
+                    "answer": row["answer"],
+                }
+            )
         else:
-            out.append({"prompt": row["prompt"], "completion": _message(answer), "label": True,
-                        "answer": row["answer"]})
-            out.append({"prompt": row["prompt"], "completion": _message(wrong), "label": False,
-                        "answer": row["answer"]})
+            out.append(
+                {"prompt": row["prompt"], "completion": _message(answer), "label": True, "answer": row["answer"]}
+            )
+            out.append(
+                {"prompt": row["prompt"], "completion": _message(wrong), "label": False, "answer": row["answer"]}
+            )
     return out
 
 
-def arithmetic_preference_splits(algorithm: str, num_train_samples: int = 1000, num_eval_samples: int = 64,
-                                 seed: int = 42, **options):
+def arithmetic_preference_splits(
+    algorithm: str, num_train_samples: int = 1000, num_eval_samples: int = 64, seed: int = 42, **options
+):
     """(train, eval) Datasets for `algorithm`: paired chosen/rejected rows, or KTO's unpaired labelled rows.
 
     The eval split is the GRPO task's held-out prompts (prompt + answer), for the greedy accuracy before/after.
@@ -69,11 +78,18 @@ def arithmetic_preference_splits(algorithm: str, num_train_samples: int = 1000, 
     return Dataset.from_list(rows), evaluation
 
 
-def preference_dataset(algorithm: str, dataset_name: str, dataset_config: str | None = None,
-                       dataset_train_split: str = "train", prompt_column: str = "prompt",
-                       chosen_column: str = "chosen", rejected_column: str = "rejected",
-                       completion_column: str = "completion", label_column: str = "label",
-                       num_train_samples: int | None = None):
+def preference_dataset(
+    algorithm: str,
+    dataset_name: str,
+    dataset_config: str | None = None,
+    dataset_train_split: str = "train",
+    prompt_column: str = "prompt",
+    chosen_column: str = "chosen",
+    rejected_column: str = "rejected",
+    completion_column: str = "completion",
+    label_column: str = "label",
+    num_train_samples: int | None = None,
+):
     """A user's preference set, columns renamed to what TRL reads (prompt/chosen/rejected, or prompt/completion/label).
 
     Raises `TaskError` naming the missing column and the flag that sets it, before any model is loaded.
@@ -85,17 +101,25 @@ def preference_dataset(algorithm: str, dataset_name: str, dataset_config: str | 
         raise TaskError(f"Dataset {dataset_name!r} has no split {dataset_train_split!r} (splits: {list(splits)})")
     train = splits[dataset_train_split]
     if algorithm in PAIRED:
-        wanted = {"prompt": ("--prompt_column", prompt_column), "chosen": ("--chosen_column", chosen_column),
-                  "rejected": ("--rejected_column", rejected_column)}
+        wanted = {
+            "prompt": ("--prompt_column", prompt_column),
+            "chosen": ("--chosen_column", chosen_column),
+            "rejected": ("--rejected_column", rejected_column),
+        }
     else:
-        wanted = {"prompt": ("--prompt_column", prompt_column),
-                  "completion": ("--completion_column", completion_column), "label": ("--label_column", label_column)}
+        wanted = {
+            "prompt": ("--prompt_column", prompt_column),
+            "completion": ("--completion_column", completion_column),
+            "label": ("--label_column", label_column),
+        }
     for target, (flag, column) in wanted.items():
         if column not in train.column_names:
             if target == "prompt" and all(c in train.column_names for t, (_, c) in wanted.items() if t != "prompt"):
                 continue  # TRL extracts an implicit prompt from chosen/rejected conversations
-            raise TaskError(f"Dataset {dataset_name!r} has no column {column!r} for {algorithm} (columns: "
-                            f"{train.column_names}); pass {flag}")
+            raise TaskError(
+                f"Dataset {dataset_name!r} has no column {column!r} for {algorithm} (columns: "
+                f"{train.column_names}); pass {flag}"
+            )
         if column != target:
             if target in train.column_names:
                 train = train.remove_columns(target)

@@ -31,8 +31,9 @@ def completion_text(completion: Any) -> str:
         return content if isinstance(content, str) else ""
     if isinstance(completion, (list, tuple)):
         # Conversational: concatenate assistant turns (TRL gives exactly one; tool loops can give more)
-        parts = [completion_text(m) for m in completion
-                 if isinstance(m, dict) and m.get("role", "assistant") == "assistant"]
+        parts = [
+            completion_text(m) for m in completion if isinstance(m, dict) and m.get("role", "assistant") == "assistant"
+        ]
         return "".join(parts)
     return ""
 

@@ -85,9 +85,12 @@ def save_rollout_buffer(trainer, folder: str) -> None:
     if not has_rollout_buffer(trainer) or trainer._buffered_inputs is None:
         return
     os.makedirs(folder, exist_ok=True)
-    payload = {"step": int(trainer._step), "buffer": trainer._buffered_inputs,
-               "steps_per_generation": int(trainer.args.steps_per_generation),
-               "num_iterations": int(getattr(trainer, "num_iterations", 1))}
+    payload = {
+        "step": int(trainer._step),
+        "buffer": trainer._buffered_inputs,
+        "steps_per_generation": int(trainer.args.steps_per_generation),
+        "num_iterations": int(getattr(trainer, "num_iterations", 1)),
+    }
     torch.save(payload, os.path.join(folder, _buffer_name(trainer)))
 
 
@@ -106,7 +109,10 @@ def load_rollout_buffer(trainer, checkpoint: str | None) -> bool:
         warnings.warn(
             f"The rollout buffer in {checkpoint} was made with (steps_per_generation, num_iterations)={saved}; this "
             f"run has {current}: it is dropped and rollouts are generated afresh (the run no longer repeats the "
-            "uninterrupted one exactly).", UserWarning, stacklevel=2)
+            "uninterrupted one exactly).",
+            UserWarning,
+            stacklevel=2,
+        )
         return False
     trainer._step, trainer._buffered_inputs = payload["step"], payload["buffer"]
     return True

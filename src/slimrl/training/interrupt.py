@@ -99,8 +99,12 @@ class SafeInterrupt(TrainerCallback):
     # ---- signal handling ----
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
-            warnings.warn("SafeInterrupt: train() runs outside the main thread, where Python cannot install signal "
-                          "handlers; Ctrl-C/SIGTERM will not save a checkpoint.", UserWarning, stacklevel=3)
+            warnings.warn(
+                "SafeInterrupt: train() runs outside the main thread, where Python cannot install signal "
+                "handlers; Ctrl-C/SIGTERM will not save a checkpoint.",
+                UserWarning,
+                stacklevel=3,
+            )
             return
         for signum in self.signals:
             if signum not in self._previous:
@@ -122,8 +126,10 @@ class SafeInterrupt(TrainerCallback):
             _say(f"[slimrl] second {name}: exiting now, without a checkpoint (the last complete one stays).")
             os._exit(128 + signum)
         self.signum = signum
-        _say(f"[slimrl] {name}: finishing step {self._step + 1}, then saving a checkpoint "
-             f"({name} again to quit at once, without one).")
+        _say(
+            f"[slimrl] {name}: finishing step {self._step + 1}, then saving a checkpoint "
+            f"({name} again to quit at once, without one)."
+        )
 
     # ---- TrainerCallback ----
     def on_train_begin(self, args, state, control, **kwargs):
@@ -155,7 +161,9 @@ class SafeInterrupt(TrainerCallback):
             self.signum = None
             return
         hint = self.resume_hint.format(checkpoint=self.checkpoint, output_dir=args.output_dir)
-        _say(f"[slimrl] stopped by {name} after step {self.stopped_at}/{state.max_steps}; checkpoint "
-             f"{self.checkpoint}. Resume: {hint}")
+        _say(
+            f"[slimrl] stopped by {name} after step {self.stopped_at}/{state.max_steps}; checkpoint "
+            f"{self.checkpoint}. Resume: {hint}"
+        )
         if self.exit:
             raise SystemExit(self.exit_code)

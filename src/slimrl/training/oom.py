@@ -59,7 +59,8 @@ class StepStart:
 
 def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or (
-        isinstance(exc, RuntimeError) and _CPU_ALLOCATION_FAILURE in str(exc))
+        isinstance(exc, RuntimeError) and _CPU_ALLOCATION_FAILURE in str(exc)
+    )
 
 
 def _rng_state() -> dict:
@@ -139,8 +140,12 @@ def stop(trainer, start: StepStart, reason: str) -> None:
     _restore(trainer, start)
     try:
         checkpoint = keep_checkpoint(trainer)
-        kept = (f"The last completed step's checkpoint is kept: {checkpoint} (resume it with --resume or "
-                "resume_from_checkpoint)." if checkpoint else "No step had completed: there is no checkpoint.")
+        kept = (
+            f"The last completed step's checkpoint is kept: {checkpoint} (resume it with --resume or "
+            "resume_from_checkpoint)."
+            if checkpoint
+            else "No step had completed: there is no checkpoint."
+        )
     except Exception as exc:  # noqa: BLE001 - the out-of-memory stays the error; the save failure is reported
         kept = f"The checkpoint of step {trainer.state.global_step} could not be written: {exc}"
     from .oom_message import explain
