@@ -181,14 +181,29 @@ def test_all_processes_stop_after_the_same_step(flags):
     assert answers == {0: any(flags), 1: any(flags)}
 
 
-def test_a_signal_after_train_died_is_delivered_as_before():
+@pytest.mark.parametrize("previous", ["python's default", "the user's handler"])
+def test_a_signal_after_train_died_is_delivered_as_before(previous):
+    """The handler in place before SafeInterrupt gets the signal back (set here: a shell's `&` starts a process with
+    SIGINT ignored, so whatever the test process inherited is not a fixed starting point)."""
     from slimrl import SafeInterrupt
 
-    interrupt = SafeInterrupt()
-    before = signal.getsignal(signal.SIGINT)
-    interrupt.install()  # what on_train_begin does; train() then "dies" without on_train_end
-    assert signal.getsignal(signal.SIGINT) == interrupt._handle
-    with pytest.raises(KeyboardInterrupt):
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(1)  # the handler runs between bytecodes
-    assert signal.getsignal(signal.SIGINT) is before and interrupt.signum is None
+    calls = []
+    before = (
+        signal.default_int_handler if previous == "python's default" else (lambda signum, frame: calls.append(signum))
+    )
+    inherited = signal.signal(signal.SIGINT, before)
+    try:
+        interrupt = SafeInterrupt()
+        interrupt.install()  # what on_train_begin does; train() then "dies" without on_train_end
+        assert signal.getsignal(signal.SIGINT) == interrupt._handle
+        if before is signal.default_int_handler:
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the handler runs between bytecodes
+        else:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+            assert calls == [signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is before and interrupt.signum is None
+    finally:
+        signal.signal(signal.SIGINT, inherited)
