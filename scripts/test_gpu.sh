@@ -48,4 +48,5 @@ else:
     print("no CUDA GPU: the tier is collected and skipped (ALLOW_NO_GPU=1)")
 EOF
 
-exec python3 -m pytest -q -ra -m gpu -p no:cacheprovider "$@"
+# tests/gpu unless paths are given: other folders import CPU-side extras (gguf) when collected
+exec python3 -m pytest -q -ra -m gpu -p no:cacheprovider "${@:-tests/gpu}"
