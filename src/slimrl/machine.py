@@ -67,7 +67,7 @@ def describe(others: int, cores: int, settings: dict[str, str]) -> str:
 def adapt_threads_to_load(environ=None) -> str | None:
     """Apply `busy_thread_settings` to `environ` (os.environ); the one-line description when it changed anything."""
     environ = os.environ if environ is None else environ
-    load, cores = other_running_jobs(), usable_cores()
-    settings = busy_thread_settings(load, cores, environ)
+    others, cores = other_running_jobs(), usable_cores()
+    settings = busy_thread_settings(others, cores, environ)
     environ.update(settings)
-    return describe(load, cores, settings) if settings else None
+    return describe(others, cores, settings) if settings else None

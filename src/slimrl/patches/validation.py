@@ -59,15 +59,13 @@ def check_batch_geometry(args, world_size: int | None = None) -> None:
         raise ValueError(f"num_generations={g}: group-relative advantages need at least 2 completions per prompt.")
     bs, ga = args.per_device_train_batch_size, args.gradient_accumulation_steps
     if args.generation_batch_size is not None:
+        factor = "generation_batch_size"  # the factor of the product the user can change besides the batch
         total, how = args.generation_batch_size, f"generation_batch_size={args.generation_batch_size}"
     else:
-        spg = args.steps_per_generation or ga
-        total = bs * spg * world
-        how = (
-            f"per_device_train_batch_size ({bs}) × "
-            + (f"steps_per_generation ({spg})" if args.steps_per_generation else f"gradient_accumulation_steps ({ga})")
-            + f" × world size ({world}) = {total}"
-        )
+        factor = "steps_per_generation" if args.steps_per_generation else "gradient_accumulation_steps"
+        steps = args.steps_per_generation or ga
+        total = bs * steps * world
+        how = f"per_device_train_batch_size ({bs}) × {factor} ({steps}) × world size ({world}) = {total}"
     if total % g == 0:
         return
     if args.generation_batch_size is None and args.steps_per_generation is None:
@@ -79,15 +77,8 @@ def check_batch_geometry(args, world_size: int | None = None) -> None:
     raise ValueError(
         f"{how} is not divisible by num_generations ({g}): every prompt's {g} completions must land in the same "
         f"generation batch. Values that work: per_device_train_batch_size in {good_bs} (keeping the rest), or "
-        f"num_generations in {good_g}, or {_the_other_factor(args)} that makes the product a multiple of {g}."
+        f"num_generations in {good_g}, or a {factor} that makes the product a multiple of {g}."
     )
-
-
-def _the_other_factor(args) -> str:
-    """What else the user can change in the product the error names (accumulation only counts without the others)."""
-    if args.generation_batch_size is not None:
-        return "a generation_batch_size"
-    return "a steps_per_generation" if args.steps_per_generation else "a gradient_accumulation_steps"
 
 
 def fit_generation_batch(args, world: int, total: int) -> None:
