@@ -17,7 +17,9 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
     elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
         "$PY" -m pip install -q "torch==$TORCH_VERSION"
     else
-        "$PY" -m pip install -q "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu
+        # The CPU build: from pip's own configuration first (a wheelhouse or mirror that holds it), else PyTorch's index
+        "$PY" -m pip install -q "torch==$TORCH_VERSION+cpu" 2>/dev/null \
+            || "$PY" -m pip install -q "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu
     fi
 fi
 if [ "$what" = "main" ]; then extras="all"; else extras="dev"; fi
