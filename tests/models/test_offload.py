@@ -220,3 +220,16 @@ def test_patched_grpo_step_with_lora_equals_plain_checkpointing(tmp_path):
     assert_bitwise_equal(results["offload"][1], results[True][1])
     stats = results["offload"][2].stats
     assert stats.tensors_moved == stats.prefetched > 0 and stats.kept_last > 0 and stats.fetched_on_demand == 0
+
+
+def test_a_host_allocation_failure_is_an_out_of_memory_naming_the_pool():
+    from slimrl.models.offload import HostPool
+    from slimrl.training.oom import is_out_of_memory
+
+    pool = HostPool(pinned=False)
+    pool.acquire(100)  # lent out, never released
+    free = pool.acquire(100)
+    pool.release(free)  # too small for the next request: replaced, so the pool is left with the lent one
+    with pytest.raises(torch.OutOfMemoryError, match=r"could not allocate .* host memory .* in 1 buffer\(s\)") as exc:
+        pool.acquire(1 << 60)  # more than any machine has: the allocator refuses at once
+    assert is_out_of_memory(exc.value) and "use_gradient_checkpointing=True" in str(exc.value)

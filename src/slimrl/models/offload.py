@@ -74,9 +74,9 @@ class HostPool:
             buf = torch.empty(capacity, dtype=torch.uint8, pin_memory=self.pinned)
         except RuntimeError as exc:
             kind = "pinned host" if self.pinned else "host"
-            raise RuntimeError(
+            raise torch.OutOfMemoryError(  # an out-of-memory: slimrl's step guard keeps the last checkpoint
                 f"activation offload could not allocate {capacity / 2**20:.1f} MiB of {kind} memory (the pool "
-                f"already holds {self.bytes / 2**30:.2f} GiB in {self.buffers} buffers). Free host memory, or use "
+                f"already holds {self.bytes / 2**30:.2f} GiB in {self.buffers} buffer(s)). Free host memory, or use "
                 "use_gradient_checkpointing=True to keep the layer inputs on the device."
             ) from exc
         self.buffers, self.bytes, self.allocations = self.buffers + 1, self.bytes + capacity, self.allocations + 1
