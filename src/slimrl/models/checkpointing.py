@@ -75,10 +75,15 @@ def configure_offload(model, *, min_bytes: int | None = None, keep_last: int | N
     layer inputs stay on the device (default 1). host_tensors: also send inputs that already live in host memory
     through the offload path (CPU runs; only useful to exercise that path). Returns the model's ActivationOffloader.
     """
-    state = model_state(base_transformers_model(model))
+    offloader = _offloader(model_state(base_transformers_model(model)))
+    offloader.configure(min_bytes, keep_last, host_tensors)
+    return offloader
+
+
+def _offloader(state) -> ActivationOffloader:
+    """The model's one offloader, made on first use (its host pool then lives as long as the model)."""
     if state.offloader is None:
         state.offloader = ActivationOffloader()
-    state.offloader.configure(min_bytes, keep_last, host_tensors)
     return state.offloader
 
 
@@ -102,9 +107,7 @@ def _enable(base, mode, checkpoint_kwargs: dict | None = None, every_n_layers: i
     kwargs = _checkpoint_kwargs(checkpoint_kwargs)
     state = model_state(base)
     if mode == "offload":
-        if state.offloader is None:
-            state.offloader = ActivationOffloader()
-        func = functools.partial(offloaded_checkpoint, state.offloader, kwargs)
+        func = functools.partial(offloaded_checkpoint, _offloader(state), kwargs)
     else:
         func = functools.partial(checkpoint, **kwargs)
     base._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=func, every_n_layers=every_n_layers)
