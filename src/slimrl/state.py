@@ -35,10 +35,15 @@ class ModelState:
     model_name: str | None = None  # what the user asked from_pretrained for (an adapter's base_model_name_or_path)
     checkpointing: bool | str | None = None  # False | True | "offload" once configured; None: never configured
     checkpoint_args: tuple = (None, 1)  # (checkpoint kwargs, every_n_layers) reused when training mode resumes
-    offload_stats: Any = None  # slimrl.models.checkpointing.OffloadStats of the "offload" mode
+    offloader: Any = None  # slimrl.models.offload.ActivationOffloader of the "offload" mode (pool, streams, stats)
     num_chunks: int = AUTO_CHUNKS  # slimrl_num_chunks, read by the log-prob heads at call time
     peft_owner: Any = None  # weakref to the PeftModel FastLanguageModel.get_peft_model made around this model
     warned: set = field(default_factory=set)  # one-time warnings already given for this model
+
+    @property
+    def offload_stats(self):
+        """The offloader's stats (slimrl.models.offload.OffloadStats); None before "offload" was first enabled."""
+        return None if self.offloader is None else self.offloader.stats
 
     def __getstate__(self):  # pickling: a weak reference cannot travel
         return {**self.__dict__, "peft_owner": None}
