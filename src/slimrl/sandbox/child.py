@@ -90,7 +90,9 @@ def _sandbox_builtins(settings: dict, views: dict) -> dict:
 def _define(request: dict, settings: dict, views: dict):
     code = compile(request["source"], "<model code>", "exec", flags=request["annotations_flag"], dont_inherit=True)
     table = _sandbox_builtins(settings, views) if settings["interpreter_policy"] else builtins.__dict__
-    namespace = {"__builtins__": table, "__name__": "sandbox"}
+    module = sys.modules["sandbox"] = types.ModuleType("sandbox")  # what dataclasses & co. look classes up in
+    namespace = module.__dict__
+    namespace["__builtins__"] = table
     exec(code, namespace)
     return namespace.pop(request["name"])  # the function sees no globals, not even itself (as in Unsloth)
 
