@@ -6,6 +6,7 @@ refuses what it owns (the others switched off), and a negative control with ever
 without them, so the tests can fail.
 """
 
+import os
 import signal
 import socket
 
@@ -152,3 +153,34 @@ def test_missing_layer_is_named(caplog):
     assert function.protection["landlock"].startswith("unavailable")
     assert "landlock unavailable" in caplog.text and "still runs in its own process" in caplog.text
     assert "namespaces, rlimits, seccomp" in caplog.text  # what remains is named
+
+
+def test_a_sandbox_process_does_not_outlive_a_killed_trainer():
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import psutil
+
+    import slimrl
+
+    trainer_code = (
+        "from slimrl import create_locked_down_function\n"
+        "create_locked_down_function('def f():\\n    while True:\\n        pass\\n', time_limit=600)()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(slimrl.__file__).parents[1])}
+    trainer = subprocess.Popen([sys.executable, "-c", trainer_code], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            busy = [c for c in psutil.Process(trainer.pid).children() if c.cpu_percent(interval=0.2) > 20]
+            if busy:
+                break
+        assert busy, "the looping function never started"
+        sandboxes = psutil.Process(trainer.pid).children()
+    finally:
+        trainer.kill()
+        trainer.wait()
+    gone, alive = psutil.wait_procs(sandboxes, timeout=10)
+    assert not alive, "sandbox processes outlived their trainer"

@@ -200,6 +200,10 @@ class LockedDownFunction:
             payload = wire.dump({"args": args, "kwargs": kwargs})
         except wire.NotPlainData as exc:
             raise TypeError(f"{self.__name__}: arguments must be plain data ({wire.PLAIN_TYPES}); got {exc}") from None
+        if len(payload) > wire.MAX_FRAME_BYTES:
+            raise ValueError(
+                f"{self.__name__}: arguments of {len(payload)} bytes (the limit is {wire.MAX_FRAME_BYTES})"
+            )
         with self._lock:
             if self._process is None:
                 self._process = self._start()
