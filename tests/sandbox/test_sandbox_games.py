@@ -187,3 +187,25 @@ def test_a_training_loop_scores_every_completion_and_goes_on():
     spares = {process.popen.pid for process in worker._SPARES.values()}
     leftover = {child.pid for child in psutil.Process().children(recursive=True)} - spares
     assert not leftover, "sandbox processes outlived their functions"
+
+
+def test_a_forked_copy_of_the_trainer_leaves_its_sandbox_processes_alone():
+    import os
+
+    echo = create_locked_down_function("def echo(x):\n    return x\n")
+    assert echo(1) == 1
+    folder = echo._process.folder
+    pid = os.fork()
+    if pid == 0:  # the copy: its own process for the call; dropping its copy of `echo` stops nothing of the parent's
+        code = 0
+        try:
+            code = 0 if echo(2) == 2 else 1
+            worker._SPARES.clear()  # the parent's spares, as the copy sees them, are garbage-collected here
+            gc.collect()
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert echo(3) == 3 and os.path.isdir(folder)  # the parent's process still serves it, its folder still there
+    echo.close()

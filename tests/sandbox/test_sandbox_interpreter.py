@@ -11,6 +11,7 @@ def probe():
     import collections.abc
     import dataclasses
     import json
+    import string
     import typing
     from collections import Counter, abc
 
@@ -32,6 +33,7 @@ def probe():
         "hasattr private": attempt(lambda: hasattr(json, "_" + "default_decoder")),
         "typing.sys": attempt(lambda: typing.sys),
         "typing.get_type_hints": attempt(lambda: typing.get_type_hints),
+        "string.Formatter": attempt(lambda: string.Formatter),
         "ordinary code": [Move("W", 2).key, Counter("aab")["a"], isinstance([], collections.abc.Sequence),
                           abc is collections.abc, json.loads("[1, 2]")],
     }
@@ -46,6 +48,7 @@ def test_guarded_builtins_and_module_views():
         "hasattr private": "AttributeError",
         "typing.sys": "AttributeError",
         "typing.get_type_hints": "AttributeError",
+        "string.Formatter": "AttributeError",
         "ordinary code": ["W", 2, True, True, [1, 2]],
     }
 

@@ -22,6 +22,7 @@ ALLOWED_MODULES = (
 REFUSED_MODULE_ATTRIBUTES = {
     "typing": ("get_type_hints", "ForwardRef", "evaluate_forward_ref"),
     "operator": ("attrgetter", "methodcaller"),
+    "string": ("Formatter",),  # Formatter().get_field("0.__class__", ...) is getattr by another name
 }
 REFUSED_BUILTINS = (
     "open", "exec", "eval", "compile", "globals", "locals", "vars", "input", "breakpoint", "help", "exit", "quit",

@@ -64,7 +64,9 @@ class Settings:
         }
 
 
-def _stop(popen: subprocess.Popen, folder: str) -> None:
+def _stop(popen: subprocess.Popen, folder: str, owner_pid: int) -> None:
+    if os.getpid() != owner_pid:  # a forked copy of the trainer: the process is not its to stop
+        return
     if popen.poll() is None:
         popen.kill()
     popen.wait()
@@ -88,7 +90,8 @@ class _Process:
             env={},
             start_new_session=True,
         )
-        self.stop = weakref.finalize(self, _stop, self.popen, self.folder)
+        self.owner_pid = os.getpid()
+        self.stop = weakref.finalize(self, _stop, self.popen, self.folder, self.owner_pid)
         wire.write_frame(self.popen.stdin.fileno(), wire.dump(settings.message()))
 
     def send(self, message) -> None:
@@ -113,9 +116,10 @@ class _Process:
 
 def take_process(settings: Settings) -> _Process:
     """A started, locking-down process for `settings`; a new spare starts in its place."""
+    key = (settings, os.getpid())  # a forked copy of the trainer starts its own
     with _SPARES_LOCK:
-        process = _SPARES.pop(settings, None)
-        _SPARES[settings] = _Process(settings)
+        process = _SPARES.pop(key, None)
+        _SPARES[key] = _Process(settings)
     if process is None or process.popen.poll() is not None:
         process = _Process(settings)
     return process
@@ -205,6 +209,8 @@ class LockedDownFunction:
                 f"{self.__name__}: arguments of {len(payload)} bytes (the limit is {wire.MAX_FRAME_BYTES})"
             )
         with self._lock:
+            if self._process is not None and self._process.owner_pid != os.getpid():
+                self._process = None  # called in a forked copy of the trainer: start its own process
             if self._process is None:
                 self._process = self._start()
             deadline, limit = self._deadline(self.time_limit)
