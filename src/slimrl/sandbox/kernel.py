@@ -30,7 +30,7 @@ ON = "on"
 _CLONE_NEWUSER, _CLONE_NEWNET, _CLONE_NEWIPC = 0x10000000, 0x40000000, 0x08000000
 _PR_SET_NO_NEW_PRIVS, _PR_SET_PDEATHSIG, _PR_SET_SECCOMP = 38, 1, 22
 _SECCOMP_MODE_FILTER = 2
-_LANDLOCK_SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}  # create_ruleset, add_rule, restrict
+_LANDLOCK_SYSCALLS = {"x86_64": (444, 446), "aarch64": (444, 446)}  # landlock_create_ruleset, _restrict_self
 _LANDLOCK_FS_BITS_BY_ABI = {1: 13, 2: 14, 3: 15, 5: 16}  # number of access_fs bits each ABI handles
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _DENIED_SYSCALLS = {
@@ -100,7 +100,7 @@ def apply_landlock() -> str:
     numbers = _LANDLOCK_SYSCALLS.get(os.uname().machine) if sys.platform.startswith("linux") else None
     if numbers is None:
         return "unavailable: Landlock needs Linux on x86_64 or aarch64"
-    create, _add_rule, restrict = numbers
+    create, restrict = numbers
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
     abi = libc.syscall(create, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # LANDLOCK_CREATE_RULESET_VERSION
