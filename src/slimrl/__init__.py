@@ -22,7 +22,19 @@ __all__ = [
     "SafeInterrupt",
     "plan",
     "__version__",
+    # the other names Unsloth's notebooks import (docs/unsloth-names.md)
+    "FastModel",
+    "FastVisionModel",
+    "PatchDPOTrainer",
+    "PatchKTOTrainer",
+    "is_bfloat16_supported",
+    "check_python_modules",
+    "create_locked_down_function",
+    "execute_with_time_limit",
 ]
+_UNSLOTH_MODEL_NAMES = ("FastModel", "FastVisionModel")
+_UNSLOTH_SHORTCUTS = ("PatchDPOTrainer", "PatchKTOTrainer", "is_bfloat16_supported")
+_SANDBOX_NAMES = ("check_python_modules", "create_locked_down_function", "execute_with_time_limit")
 
 
 _checked = False
@@ -39,7 +51,14 @@ def _check_versions_once() -> None:
 
 def __getattr__(name):
     # Lazy: `import slimrl` stays cheap and never imports trl before the user's script does
-    if name in ("FastLanguageModel", "PatchFastRL", "PPOConfig", "PPOTrainer"):
+    if name in (
+        "FastLanguageModel",
+        "PatchFastRL",
+        "PPOConfig",
+        "PPOTrainer",
+        *_UNSLOTH_MODEL_NAMES,
+        *_UNSLOTH_SHORTCUTS,
+    ):
         _check_versions_once()
     if name == "FastLanguageModel":
         from .models.fast_language_model import FastLanguageModel
@@ -53,6 +72,18 @@ def __getattr__(name):
         from .patches import registry
 
         return getattr(registry, name)
+    if name in _UNSLOTH_MODEL_NAMES:
+        from .models import fast_model
+
+        return getattr(fast_model, name)
+    if name in _UNSLOTH_SHORTCUTS:
+        from . import unsloth_api
+
+        return getattr(unsloth_api, name)
+    if name in _SANDBOX_NAMES:  # no TRL, no torch: model-written code runs in a separate process
+        from . import sandbox
+
+        return getattr(sandbox, name)
     if name == "SafeInterrupt":
         from .training.interrupt import SafeInterrupt
 
