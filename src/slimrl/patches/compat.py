@@ -41,7 +41,7 @@ OFFLINE_REMOVED = (
         "Prompt and completion are truncated together by max_length. Remove the argument and set max_length.",
     ),
 )
-# TRL removed these trainers (PRM, XPO, BCO, Nash-MD after 1.12; online DPO and GKD are experimental-only there)
+# TRL removed these trainers (PRM, XPO, BCO, Nash-MD after 1.12; online DPO is experimental-only there)
 REMOVED_ALGORITHMS = {
     "prm": "TRL removed its PRM (process reward model) trainer; train a step-level scorer as a reward model "
     "(PatchFastRL('reward'))",
@@ -49,7 +49,6 @@ REMOVED_ALGORITHMS = {
     "bco": "TRL removed BCO; the nearest supported algorithm is 'kto' (unpaired desirable/undesirable data)",
     "nash_md": "TRL removed Nash-MD; the nearest supported algorithm is 'grpo' (online) or 'dpo' (offline)",
     "online_dpo": "slimrl does not patch TRL's experimental online DPO; the nearest supported algorithm is 'grpo'",
-    "gkd": "slimrl does not patch TRL's experimental GKD (distillation); the nearest supported algorithm is 'sft'",
 }
 
 

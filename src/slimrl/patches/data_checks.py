@@ -21,6 +21,9 @@ DATASET_FORMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "orpo": (("prompt", "chosen", "rejected"), ("chosen_input_ids", "rejected_input_ids")),
     "cpo": (("prompt", "chosen", "rejected"), ("chosen_input_ids", "rejected_input_ids")),
     "ppo": (("prompt",), ("input_ids",)),  # slimrl's own PPOTrainer (slimrl.ppo.rollout.prompt_token_ids)
+    "gkd": (("messages",), ("input_ids",)),  # TRL's DataCollatorForChatML
+    "gold": (("messages",), ("input_ids",)),
+    "distillation": (("prompt",),),
 }
 
 
