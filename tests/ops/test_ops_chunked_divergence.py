@@ -159,3 +159,21 @@ def _head_of(weight):
     from slimrl.ops.chunked_divergence import TeacherHead
 
     return TeacherHead(weight)
+
+
+def test_bf16_inputs_within_tolerance():
+    """bf16 hidden states and weights: the projections run in bf16 like stock's logits, the divergence in fp32 (stock
+    computes it in bf16), so slimrl lands at least as close to the float64 reference."""
+    from slimrl.ops.chunked_divergence import HeadTransform, TeacherHead, chunked_divergence
+
+    x = _inputs(6)
+    bf = {k: v.to(torch.bfloat16) for k, v in x.items()}
+    h = bf["s_hidden"].clone().requires_grad_()
+    per_token, _ = chunked_divergence(
+        h, bf["s_weight"], bf["s_bias"], bf["t_hidden"], TeacherHead(bf["t_weight"]), 0.5, 0.9, HeadTransform(), 3
+    )
+    assert per_token.dtype == torch.float32
+    exact = {k: v.double() for k, v in bf.items()}  # the bf16 values, exactly
+    stock = _stock(bf, torch.bfloat16, 0.5, 0.9, (1.0, None), 1.0)
+    reference = _stock(exact, torch.float64, 0.5, 0.9, (1.0, None), 1.0)
+    P.check("op bf16: per-token divergence", per_token.detach(), stock[0], reference[0])

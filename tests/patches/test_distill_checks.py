@@ -182,8 +182,11 @@ def test_patched_step_never_allocates_full_logits(tmp_path, unpatched, algorithm
     with P.stock_state():
         torch.manual_seed(0)
         stock_peak = _largest_allocation(stock, batch if algorithm == "distillation" else dict(batch))
+    from slimrl.ops.chunked_divergence import ChunkedDivergenceFunction
+
     with P.patched_state(algorithm):
         torch.manual_seed(0)
         patched_peak = _largest_allocation(patched, batch if algorithm == "distillation" else dict(batch))
+    assert ChunkedDivergenceFunction.last_chunks == 8, "slimrl_num_chunks reaches the divergence"
     assert stock_peak >= full_logits / 2, "negative control: stock holds logits of (nearly) every position"
     assert patched_peak <= full_logits / 4, f"patched allocated {patched_peak} elements ({full_logits} = B*T*V)"
