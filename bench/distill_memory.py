@@ -105,6 +105,28 @@ def row_length(inputs) -> int:
     return inputs["prompt_ids"].shape[-1] + inputs["completion_ids"].shape[-1]
 
 
+def measure_steps(trainer, phase, state: dict):
+    """Wrap `compute_loss` and `accelerator.backward`: each step's working memory, row length and loss."""
+    working, seen = [], {"row_length": 0}
+    compute_loss, backward = trainer.compute_loss, trainer.accelerator.backward
+
+    def measured_compute_loss(model, inputs, *a, **kw):
+        state["base"] = phase.start()
+        seen["row_length"] = max(seen["row_length"], row_length(inputs))
+        out = compute_loss(model, inputs, *a, **kw)
+        state["losses"].append(float((out[0] if isinstance(out, tuple) else out).detach()))
+        return out
+
+    def measured_backward(*a, **kw):
+        out = backward(*a, **kw)
+        base, peak = phase.stop()
+        working.append(peak - base)
+        return out
+
+    trainer.compute_loss, trainer.accelerator.backward = measured_compute_loss, measured_backward
+    return working, seen
+
+
 def child_distill(arm: str, trainer_name: str, vocab: int, length: int, rows: int, steps: int, limit_gb: float):
     record = {"arm": arm, "trainer": trainer_name, "vocab": vocab, "length": length, "rows": rows}
     state = {"base": None, "losses": []}
@@ -137,23 +159,7 @@ def child_distill(arm: str, trainer_name: str, vocab: int, length: int, rows: in
     )
 
     overall = OverallPeak()
-    phase, working, seen = PhasePeak(overall), [], {"row_length": 0}
-    compute_loss, backward = trainer.compute_loss, trainer.accelerator.backward
-
-    def measured_compute_loss(model, inputs, *a, **kw):
-        state["base"] = phase.start()
-        seen["row_length"] = max(seen["row_length"], row_length(inputs))
-        out = compute_loss(model, inputs, *a, **kw)
-        state["losses"].append(float((out[0] if isinstance(out, tuple) else out).detach()))
-        return out
-
-    def measured_backward(*a, **kw):
-        out = backward(*a, **kw)
-        base, peak = phase.stop()
-        working.append(peak - base)
-        return out
-
-    trainer.compute_loss, trainer.accelerator.backward = measured_compute_loss, measured_backward
+    working, seen = measure_steps(trainer, PhasePeak(overall), state)
     timer = step_timer()
     trainer.add_callback(timer)
     trainer.train()

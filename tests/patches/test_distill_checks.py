@@ -36,11 +36,23 @@ def test_teacher_that_is_the_student_is_refused(tmp_path, unpatched, algorithm):
             H.build_trainer(algorithm, model, model, args)
 
 
+def test_base_teacher_under_fsdp_is_refused(tmp_path, unpatched):
+    model = H.lora_student()
+    with P.patched_state("gkd"):
+        args = H.make_config("gkd", str(tmp_path))
+        args.fsdp = ["full_shard"]  # as an FSDP launch leaves it (building one needs several processes)
+        with pytest.raises(ValueError, match=r"base_as_teacher\(model\) with fsdp"):
+            H.build_trainer("gkd", model, slimrl.base_as_teacher(model), args)
+
+
 def test_gold_uld_loss_is_refused_naming_the_option(tmp_path, unpatched):
     with P.patched_state("gold"):
         with pytest.raises(ValueError, match=r"use_uld_loss=True.*unpatch\('gold'\)"):
             H.make_config("gold", str(tmp_path), use_uld_loss=True)
-    H.make_config("gold", str(tmp_path), use_uld_loss=True)  # stock accepts it
+    config = H.make_config("gold", str(tmp_path), use_uld_loss=True)  # stock accepts it
+    with P.patched_state("gold"):  # a config made before PatchFastRL: refused when the trainer is built
+        with pytest.raises(ValueError, match=r"use_uld_loss=True"):
+            H.build_trainer("gold", H.student(), H.wide_teacher(), config)
 
 
 def test_base_as_teacher_refuses_what_it_cannot_share(unpatched):

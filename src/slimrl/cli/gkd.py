@@ -169,7 +169,7 @@ def run_gkd(task_args, model_args, training_args) -> dict:
     from trl.experimental.gkd import GKDTrainer
 
     from slimrl.cli.callbacks import JsonlMetricsCallback, ProgressBarCallback
-    from slimrl.cli.grpo import evaluate_task, write_run_outputs
+    from slimrl.cli.grpo import evaluate_task
     from slimrl.cli.modeling import add_lora, load_base
     from slimrl.cli.run_control import train
 
@@ -215,9 +215,16 @@ def run_gkd(task_args, model_args, training_args) -> dict:
         "task_info": task.info,
         "seed": training_args.seed,
     }
-    summary = write_run_outputs(
-        out, run_info, before, after, train_seconds, wall0, training_args.max_steps, task_args.plot, distill_panels
-    )
+    evals = (before, after, teacher_eval)
+    return write_outputs(out, run_info, evals, train_seconds, wall0, training_args.max_steps, task_args.plot)
+
+
+def write_outputs(out: str, run_info: dict, evals, train_seconds: float, wall0: float, max_steps: int, plot: bool):
+    """`slimrl grpo`'s outputs, and the teacher's accuracy in `eval.json`."""
+    from slimrl.cli.grpo import write_run_outputs
+
+    before, after, teacher_eval = evals
+    summary = write_run_outputs(out, run_info, before, after, train_seconds, wall0, max_steps, plot, distill_panels)
     if teacher_eval is not None:
         summary["accuracy_teacher"], summary["eval_teacher"] = teacher_eval["accuracy"], teacher_eval
         with open(os.path.join(out, "eval.json"), "w") as f:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 
 import torch
 
@@ -60,71 +61,62 @@ def _trl_runs_its_kernel(hidden, *weights) -> bool:
     return _use_triton(hidden.device) or any(isinstance(w, torch.distributed.tensor.DTensor) for w in weights)
 
 
-def lean_divergence_loss(original):
-    @functools.wraps(original)
-    def _chunked_divergence_loss(
-        student_hidden_states,
-        teacher_hidden_states,
+def compact_divergence_loss(
+    student_hidden_states,
+    teacher_hidden_states,
+    student_lm_head_weight,
+    teacher_lm_head_weight,
+    completion_mask,
+    beta,
+    num_items_in_batch=None,
+    student_lm_head_bias=None,
+    teacher_lm_head_bias=None,
+    student_logit_scale=1.0,
+    teacher_logit_scale=1.0,
+    student_final_logit_softcapping=None,
+    teacher_final_logit_softcapping=None,
+    temperature=1.0,
+):
+    """TRL's `_chunked_divergence_loss` contract `(loss, entropy_sum, n_valid)` on the completion tokens only."""
+    valid = completion_mask.reshape(-1) != 0
+    n_valid = valid.sum()
+    h_s = student_hidden_states.reshape(-1, student_hidden_states.size(-1))[valid]
+    h_t = teacher_hidden_states.reshape(-1, teacher_hidden_states.size(-1))[valid.to(teacher_hidden_states.device)]
+    teacher_transform = HeadTransform(teacher_logit_scale, teacher_final_logit_softcapping)
+    per_token, entropy = chunked_divergence(
+        h_s,
         student_lm_head_weight,
-        teacher_lm_head_weight,
-        completion_mask,
+        student_lm_head_bias,
+        h_t,
+        TeacherHead(teacher_lm_head_weight, teacher_lm_head_bias, None, teacher_transform),
         beta,
-        num_items_in_batch=None,
-        student_lm_head_bias=None,
-        teacher_lm_head_bias=None,
-        student_logit_scale=1.0,
-        teacher_logit_scale=1.0,
-        student_final_logit_softcapping=None,
-        teacher_final_logit_softcapping=None,
-        temperature=1.0,
-    ):
-        if _trl_runs_its_kernel(student_hidden_states, student_lm_head_weight, teacher_lm_head_weight):
-            return original(
-                student_hidden_states,
-                teacher_hidden_states,
-                student_lm_head_weight,
-                teacher_lm_head_weight,
-                completion_mask,
-                beta,
-                num_items_in_batch,
-                student_lm_head_bias,
-                teacher_lm_head_bias,
-                student_logit_scale,
-                teacher_logit_scale,
-                student_final_logit_softcapping,
-                teacher_final_logit_softcapping,
-                temperature,
-            )
-        valid = completion_mask.reshape(-1) != 0
-        n_valid = valid.sum()
-        h_s = student_hidden_states.reshape(-1, student_hidden_states.size(-1))[valid]
-        h_t = teacher_hidden_states.reshape(-1, teacher_hidden_states.size(-1))[valid.to(teacher_hidden_states.device)]
-        teacher = TeacherHead(
-            teacher_lm_head_weight,
-            teacher_lm_head_bias,
-            None,
-            HeadTransform(teacher_logit_scale, teacher_final_logit_softcapping),
-        )
-        per_token, entropy = chunked_divergence(
-            h_s,
-            student_lm_head_weight,
-            student_lm_head_bias,
-            h_t,
-            teacher,
-            beta,
-            temperature,
-            HeadTransform(student_logit_scale, student_final_logit_softcapping),
-            _student_chunks.get(),
-            with_entropy=True,
-        )
-        loss = per_token.sum()
-        if num_items_in_batch is None:
-            loss = loss / n_valid.clamp(min=1)
-        else:
-            if isinstance(num_items_in_batch, torch.Tensor):
-                num_items_in_batch = num_items_in_batch.to(loss.device)
-            loss = loss / num_items_in_batch
-        return loss, entropy.sum(), n_valid
+        temperature,
+        HeadTransform(student_logit_scale, student_final_logit_softcapping),
+        _student_chunks.get(),
+        with_entropy=True,
+    )
+    loss = per_token.sum()
+    if num_items_in_batch is None:
+        loss = loss / n_valid.clamp(min=1)  # a fully masked batch reduces to 0, as TRL's
+    else:
+        if isinstance(num_items_in_batch, torch.Tensor):
+            num_items_in_batch = num_items_in_batch.to(loss.device)
+        loss = loss / num_items_in_batch
+    return loss, entropy.sum(), n_valid
+
+
+def lean_divergence_loss(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def _chunked_divergence_loss(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = bound.arguments
+        heads = (values["student_lm_head_weight"], values["teacher_lm_head_weight"])
+        if _trl_runs_its_kernel(values["student_hidden_states"], *heads):
+            return original(*args, **kwargs)
+        return compact_divergence_loss(**values)
 
     return _chunked_divergence_loss
 
