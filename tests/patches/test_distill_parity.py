@@ -1,11 +1,24 @@
 """Patched GKD / GOLD / DistillationTrainer = stock TRL 1.16 (loss, gradients, parameters, metrics), each loss variant,
-on-policy fractions off and on (seeded, so every side samples the same completions)."""
+on-policy fractions off and on (seeded, so every side samples the same completions). The default tier runs one case
+per trainer, the base teacher on GKD and the negative controls on GKD; the other variants are slow tier."""
 
 import pytest
 
 from slimrl.ops.chunked_divergence import ChunkedDivergenceFunction
 
 import _distill_parity as H
+
+# the cases the default tier runs; every other case is slow tier
+DEFAULT_TIER = {"gkd": "jsd-onpolicy", "gold": "jsd-temperature", "distillation": "jsd"}
+
+
+def tiered(algorithm, cases):
+    slow = pytest.mark.slow
+    return [pytest.param(case, marks=() if case == DEFAULT_TIER[algorithm] else slow) for case in cases]
+
+
+ALGORITHMS = ["gkd", *(pytest.param(name, marks=pytest.mark.slow) for name in ("gold", "distillation"))]
+
 
 # (config, how many of the run's micro-steps generate their completions)
 GKD_CASES = {
@@ -28,7 +41,7 @@ def _run(algorithm, config, tmp_path, generated, **build):
     return traces
 
 
-@pytest.mark.parametrize("case", list(GKD_CASES))
+@pytest.mark.parametrize("case", tiered("gkd", GKD_CASES))
 def test_gkd_parity(tmp_path, unpatched, case):
     config, generated = GKD_CASES[case]
     _run("gkd", config, tmp_path, generated)
@@ -45,7 +58,7 @@ GOLD_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(GOLD_CASES))
+@pytest.mark.parametrize("case", tiered("gold", GOLD_CASES))
 def test_gold_parity(tmp_path, unpatched, case):
     config, generated = GOLD_CASES[case]
     _run("gold", config, tmp_path, generated)
@@ -58,12 +71,12 @@ DISTILLATION_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(DISTILLATION_CASES))
+@pytest.mark.parametrize("case", tiered("distillation", DISTILLATION_CASES))
 def test_distillation_parity(tmp_path, unpatched, case):
     _run("distillation", DISTILLATION_CASES[case], tmp_path, "all")
 
 
-@pytest.mark.parametrize("algorithm", ["gkd", "gold", "distillation"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_base_teacher_parity(tmp_path, unpatched, algorithm):
     """Student = a LoRA on the teacher's base, teacher = the same base with the adapter disabled (one base in
     memory), on every side alike."""
@@ -73,13 +86,14 @@ def test_base_teacher_parity(tmp_path, unpatched, algorithm):
     assert all("lora" in name for name in traces.stock.params)
 
 
+@pytest.mark.slow
 def test_gkd_lora_from_peft_config_parity(tmp_path, unpatched):
     import _tiny as T
 
     _run("gkd", dict(beta=0.5), tmp_path, "none", peft_config=T.lora_config())
 
 
-@pytest.mark.parametrize("algorithm", ["gkd", "gold", "distillation"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_negative_control_loss_off_by_a_thousandth_fails(tmp_path, unpatched, algorithm):
     trainers = H.build_sides(algorithm, dict(beta=0.5), str(tmp_path))
     compute_loss = trainers.patched.compute_loss
