@@ -7,9 +7,10 @@ own dataloader. Required:
   numbers of the step are the parity suites' business (test_implicit_prompt_parity.py for the implicit-prompt forms);
 - stock fails => patched fails, either with slimrl's data check (the trainer, the columns it needs and those it has)
   or with stock's own error, same type and message; a bare `KeyError` from stock (a column name, nothing else) must
-  become slimrl's message: where stock fails, slimrl's message is at least as clear.
-Arguments that make stock read the rows through the user's code (SFT's `formatting_func` and `skip_prepare_dataset`)
-are walked too. The negative controls put back the two mistakes this test exists for.
+  become slimrl's message: where stock fails, slimrl's message is at least as clear;
+- what stock trains on is pinned (STOCK_TRAINS, the table of docs/preference-data.md).
+Arguments that make stock read the rows through the user's code (SFT's `formatting_func` and `skip_prepare_dataset`,
+GRPO's `environment_factory`) are walked too. The negative controls put back the two mistakes this test exists for.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from slimrl.patches import data_checks
 
 import _formats as F
+import _orpo_cpo_parity as O
 import _parity as P
 import _pref_parity as H
 import _rl_parity as R
@@ -38,8 +40,6 @@ def trl_classes(algorithm: str):
     if algorithm in ("grpo", "rloo"):
         return R.trl_classes(algorithm)
     if algorithm in ("orpo", "cpo"):
-        import _orpo_cpo_parity as O
-
         return O.trl_classes(algorithm)
     return H.trl_classes(algorithm)
 
