@@ -5,6 +5,7 @@ import asyncio
 import functools
 import math
 import pickle
+import re
 
 import pytest
 
@@ -61,6 +62,18 @@ def test_name_async_and_pickling_are_kept():
     wrapped_async = checked_rewards([async_reward], ["prompt"], "raise")[0]
     assert isinstance(wrapped_async, AsyncCheckedReward) and asyncio.iscoroutinefunction(type(wrapped_async).__call__)
     assert asyncio.run(_call(wrapped_async)[0]) == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("reward", [length_reward, functools.partial(length_reward)])
+def test_a_repeated_keyword_is_named_after_the_function(reward):
+    """A dataset column named like a keyword TRL passes itself ('completions'): the error names the user's function,
+    as stock's does (for a partial, stock prints the partial's repr and an address)."""
+    with pytest.raises(TypeError) as raised:
+        CheckedReward(reward)(prompts=PROMPTS, completions=COMPLETIONS, **{"completions": COMPLETIONS})
+    expected = "test_rewards.length_reward() got multiple values for keyword argument 'completions'"
+    assert str(raised.value) == expected
+    with pytest.raises(TypeError, match=re.escape(expected)):
+        length_reward(prompts=PROMPTS, completions=COMPLETIONS, **{"completions": COMPLETIONS})
 
 
 def test_reward_models_and_names_are_left_alone():

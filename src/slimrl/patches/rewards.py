@@ -47,9 +47,14 @@ def check_policy(value) -> str:
     return value
 
 
-def _callable_name(func) -> str:
+def _unwrapped(func):
     while isinstance(func, functools.partial):
         func = func.func
+    return func
+
+
+def _callable_name(func) -> str:
+    func = _unwrapped(func)
     return getattr(func, "__name__", type(func).__name__)
 
 
@@ -108,6 +113,10 @@ class CheckedReward:
         self.func, self.policy = func, check_policy(policy)
         self.__name__ = _callable_name(func)  # TRL names the reward's metrics after it
         self.__doc__ = getattr(func, "__doc__", None)
+        # Python names a call's argument errors after these (e.g. a dataset column that repeats a keyword TRL passes
+        # itself: "module.func() got multiple values for keyword argument 'completions'", as stock reports it)
+        self.__qualname__ = getattr(_unwrapped(func), "__qualname__", self.__name__)
+        self.__module__ = getattr(_unwrapped(func), "__module__", None)
         self.accepted = accepted_keywords(func)
 
     def _keywords(self, kwargs: dict) -> dict:
@@ -195,8 +204,7 @@ class AsyncCheckedReward(CheckedReward):
 
 
 def is_async(func) -> bool:
-    while isinstance(func, functools.partial):
-        func = func.func
+    func = _unwrapped(func)
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
 
 
