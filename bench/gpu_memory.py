@@ -5,7 +5,7 @@ the search, runs in its own process (this script re-invoked with --child). Arms,
 
     PYTHONPATH=src python bench/gpu_memory.py --smoke                      # CPU, toy model, every code path
                                                     (15 processes of ~7 s each on a quiet CPU, mostly imports)
-    PYTHONPATH=src python bench/gpu_memory.py --only grpo --models 8b --json results/grpo_8b.json
+    PYTHONPATH=src python bench/gpu_memory.py --only grpo --models 8b --json bench/results/grpo_8b.json
     python bench/gpu_memory.py --report a.json b.json                      # one markdown table from several runs
 
 The full run can be split into several commands (the order: docs/gpu-and-benchmarks.md). Each command writes its
