@@ -2,7 +2,7 @@
 
 Choices, and why:
 * Models: random weights built in place from a `Qwen2Config` with Qwen2.5's shapes (no download): "1.5b" is
-  Qwen2.5-1.5B (V=151,936, tied embeddings), "8b" is Qwen2.5-7B (7.6B parameters, V=152,064; the issue's
+  Qwen2.5-1.5B (V=151,936, tied embeddings), "8b" is Qwen2.5-7B (7.6B parameters, V=152,064:
   "8B-class"), "smoke" a 2-layer toy for the CPU smoke run. On CUDA the weights are created on the GPU in bf16
   (`with torch.device("cuda")`), seeded, so every arm trains the same model.
 * Tokenizer: `slimrl.testing.tiny_tokenizer(V)`, a word-level tokenizer with V ids (filler words "w<id>").
@@ -15,7 +15,7 @@ Choices, and why:
   `generate` is replaced by one that appends `length` seeded random ids (never EOS), identical in every arm; TRL's
   whole rollout path (`_generate_single_turn`, slimrl's for_inference/for_training around it) still runs. Autoregressive
   decoding of 8 x 8K tokens on the 8B model takes minutes per step and is the same code in both arms; synthetic
-  rollouts measure the training side, where the arms differ, inside the device time limits.
+  rollouts measure the training side, where the arms differ, in minutes per step.
 * Rewards are a deterministic function of the completion ids (same advantages, losses comparable across arms).
 * Memory on CUDA: `torch.cuda.max_memory_allocated` / `max_memory_reserved` over the whole run (weights included);
   on CPU (smoke) the peak RSS (bench/_common.OverallPeak). An out-of-memory error is caught and reported as such.

@@ -1,6 +1,6 @@
-"""Markdown tables of bench/gpu_memory.py's rows: GRPO, the longest completion that fits, DPO/ORPO, and the issue's
-targets with the measured ratios. Pure functions of the rows (the JSON files), so runs from several device calls
-join into one report."""
+"""Markdown tables of bench/gpu_memory.py's rows: GRPO, the longest completion that fits, DPO/ORPO, and the
+targets with the measured ratios. Pure functions of the rows (the JSON files), so runs from several commands join
+into one report."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def targets_table(rows: list[dict]) -> str:
             else ("met" if (float(value) >= bound if key == "longest" else float(value) <= bound) else "NOT met")
         )
         lines.append([names[key], value, met])
-    return _table(["target (issue 18)", "measured ratio", "verdict"], lines)
+    return _table(["target", "measured ratio", "verdict"], lines)
 
 
 def render(rows: list[dict]) -> str:

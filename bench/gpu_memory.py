@@ -1,28 +1,27 @@
-"""Stock TRL vs slimrl on a GPU (issue 18): GRPO with LoRA on random-weight Qwen2.5-1.5B and 7B ("8B-class") models in
+"""Stock TRL vs slimrl on a GPU: GRPO with LoRA on random-weight Qwen2.5-1.5B and 7B ("8B-class") models in
 bf16, V=152k: peak memory and s/step at 8 x 2K and 8 x 8K completion tokens with slimrl's offload off and on; the
 longest completion that fits for each arm; DPO / ORPO at 2 x 4K. Every arm of every configuration, and every probe of
 the search, runs in its own process (this script re-invoked with --child). Arms, models, rollouts: bench/_gpu_arms.py.
 
     PYTHONPATH=src python bench/gpu_memory.py --smoke                      # CPU, toy model, every code path
                                                     (15 processes of ~7 s each on a quiet CPU, mostly imports)
-    PYTHONPATH=src python bench/gpu_memory.py --only grpo --models 8b --json $OUT/grpo_8b.json
+    PYTHONPATH=src python bench/gpu_memory.py --only grpo --models 8b --json bench/results/grpo_8b.json
     python bench/gpu_memory.py --report a.json b.json                      # one markdown table from several runs
 
-Device budget: one command may run 10 minutes, a session has 30 minutes of device time, so the full run is split
-into calls (exact device-tool commands: README.md, "GPU"). Each call writes its rows to its --json file as they
-come (a killed command keeps what it finished), no child starts that would not end before --deadline (570 s), and
-`--report` joins the files into one table. Estimates for an H100 (not measured: FLOP counts at ~400 TFLOP/s and
-~20 s of imports and model build per process):
+The full run can be split into several commands (the order: docs/gpu-and-benchmarks.md). Each command writes its
+rows to its --json file as they come (a killed command keeps what it finished), no child starts that would not end
+before --deadline (570 s), and `--report` joins the files into one table. Estimates for an H100 (not measured: FLOP
+counts at ~400 TFLOP/s and ~20 s of imports and model build per process):
   1. bash scripts/test_gpu.sh                                                        4-6 min
   2. --only grpo --models 8b --lengths 8192 2048                    (6 processes)   4-6 min  the targets' rows
   3. --only bisect --models 8b --arms stock --guess-from <2's json>  (3-5 probes)   3-6 min
   4. --only bisect --models 8b --arms slimrl-offload --resolution 2048 --guess-from <2's json>   5-9 min
   5. --only pref --models 8b --arms stock slimrl                    (4 processes)   2-4 min
   6. --only grpo pref --models 1.5b                                 (12 processes)  5-7 min
-Calls 1-4 (~20-27 min with the machine's start) are what the targets need; 5-6 complete the table in a later session.
+Steps 1-4 (~20-27 min) give the headline rows; 5-6 complete the table.
 
 Choices:
-* Ratios are taken against the stock arm of the same (model, length, rows, rollouts). Targets (issue 18, 8B-class,
+* Ratios are taken against the stock arm of the same (model, length, rows, rollouts). Targets (8B-class,
   8 x 8K, offload on): GRPO peak <= 0.5x stock, s/step <= 1.05x stock, longest completion that fits >= 3x stock's.
 * Longest completion that fits: galloping search then bisection on multiples of --resolution; each probe is one
   training step (synthetic rollouts) in a fresh process; a probe "fits" when it finishes without error. OOM and other

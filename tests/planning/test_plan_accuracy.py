@@ -1,4 +1,4 @@
-"""The memory planner against measured peaks (issue 15, item 6): three GRPO/DPO runs of real-ish shape on random
+"""The memory planner against measured peaks: three GRPO/DPO runs of real-ish shape on random
 models, each dominated by a different term, planned within 25% of the peak RSS of their steady steps (slow tier:
 each run is its own process, 1-5 minutes on 2 cores).
 

@@ -1,4 +1,4 @@
-"""Out of memory during a step (issue 15, item 5): caught once, the message gives the measured/planned peak and the
+"""Out of memory during a step: caught once, the message gives the measured/planned peak and the
 settings that would fit, and the last completed step's checkpoint is kept (and resumes to the uninterrupted run).
 
 Failures are injected from inside the step: a forward pre-hook on a decoder block raises `torch.OutOfMemoryError`
