@@ -7,15 +7,20 @@ Rules every patch follows (seams.py says what a patch is):
 - Patching is idempotent, reversible (`unpatch()` puts back the very objects that were there) and independent of
   import order: classes are patched in place, so `from trl import GRPOTrainer` before or after sees the patch.
 - Importing this module imports no TRL: the algorithm modules hold plain lists of dotted paths.
+- `patch_on_import()` (called on `from slimrl import FastLanguageModel`, as Unsloth patches TRL on import) patches what
+  is imported already and each algorithm whose TRL modules a script imports later (auto.py), through the same checked
+  path as `PatchFastRL`. `SLIMRL_NO_AUTO_PATCH=1` turns it off; `unpatch()` removes it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import cpo, dpo, grpo, kto, orpo, ppo, reward, rloo, sft
+from .auto import ImportHook
 from .compat import REMOVED_ALGORITHMS
 from .seams import MISSING, Patch, PatchError, check_seam, check_trl_version, own_attr, trl_version, unwrap_descriptor
 
@@ -28,6 +33,7 @@ __all__ = [
     "is_patched",
     "applied_seams",
     "supported_algorithms",
+    "patch_on_import",
     "PatchError",
     "Patch",
 ]
@@ -57,9 +63,12 @@ class _Applied:
 class _State:
     applied: dict[str, _Applied] = field(default_factory=dict)  # seam -> record
     algorithms: set[str] = field(default_factory=set)
+    import_hook: ImportHook | None = None  # patch_on_import's, until unpatch() removes it
+    import_hook_requested: bool = False  # patch_on_import runs once per process
 
 
 _STATE = _State()
+AUTO_PATCH_OFF = "SLIMRL_NO_AUTO_PATCH"  # set (to anything but "" or "0"): no patching on import
 
 
 def supported_algorithms() -> list[str]:
@@ -112,7 +121,10 @@ def PatchFastRL(algorithm: str | None = None, FastLanguageModel: Any = None) -> 
 
     `FastLanguageModel` is accepted for Unsloth compatibility and not needed. Returns the algorithms now patched.
     """
-    algorithms = _normalize(algorithm)
+    return _patch(_normalize(algorithm))
+
+
+def _patch(algorithms: list[str]) -> list[str]:
     check_trl_version()
     todo = [p for a in algorithms if a not in _STATE.algorithms for p in ALGORITHMS[a]]
     # Check every seam before assigning anything, so a moved seam leaves stock TRL untouched
@@ -126,8 +138,14 @@ def PatchFastRL(algorithm: str | None = None, FastLanguageModel: Any = None) -> 
 
 
 def unpatch(algorithm: str | None = None) -> None:
-    """Restore stock TRL exactly (all algorithms, or one)."""
+    """Restore stock TRL exactly (all algorithms and the patching on import, or one algorithm)."""
     algorithms = _normalize(algorithm) if algorithm is not None else sorted(_STATE.algorithms)
+    if _STATE.import_hook is not None:
+        if algorithm is None:
+            _STATE.import_hook.uninstall()
+            _STATE.import_hook = None
+        else:
+            _STATE.import_hook.forget(algorithms)
     still_needed = {p.seam for a in _STATE.algorithms - set(algorithms) for p in ALGORITHMS[a]}
     leaving = {p.seam for a in algorithms for p in ALGORITHMS[a]}
     for seam, rec in list(_STATE.applied.items()):
@@ -154,3 +172,37 @@ def applied_seams() -> list[str]:
 def describe(algorithm: str) -> list[tuple[str, str]]:
     """(seam, what it changes) of every patch of `algorithm`."""
     return [(p.seam, p.doc) for p in ALGORITHMS[_normalize(algorithm)[0]]]
+
+
+def _module_of(owner: str) -> str:
+    """The module part of a patch owner's dotted path: up to its first CamelCase part (a class)."""
+    parts = owner.split(".")
+    cut = next((i for i, part in enumerate(parts) if part[:1].isupper()), len(parts))
+    return ".".join(parts[:cut])
+
+
+def trl_modules(algorithm: str) -> frozenset[str]:
+    """The TRL modules `algorithm`'s patches live in (the top-level `trl`, where aliases go, left out)."""
+    return frozenset(_module_of(p.owner) for p in ALGORITHMS[algorithm]) - {"trl"}
+
+
+def trl_aliases() -> dict[str, str]:
+    """ "trl.<Name>" -> the algorithm whose patches add that name to `trl` (ORPO's, CPO's, PPO's classes)."""
+    return {f"trl.{p.name}": a for a, patches in ALGORITHMS.items() for p in patches if p.owner == "trl"}
+
+
+def patch_on_import() -> bool:
+    """Patch TRL's trainers as the script imports them, as Unsloth does on import: what is imported now at once, each
+    other algorithm when one of its TRL modules is imported (auto.py), through the checks `PatchFastRL` runs.
+
+    Runs once per process (again after `unpatch()` only through `PatchFastRL`); returns whether patching on import
+    is on. The environment variable `SLIMRL_NO_AUTO_PATCH=1` turns it off: then only `PatchFastRL` patches.
+    """
+    if os.environ.get(AUTO_PATCH_OFF, "").strip() not in ("", "0"):
+        return False
+    if not _STATE.import_hook_requested:
+        _STATE.import_hook_requested = True
+        modules = {a: trl_modules(a) for a in ALGORITHMS}
+        _STATE.import_hook = ImportHook("trl", modules, trl_aliases(), lambda algorithm: _patch([algorithm]))
+        _STATE.import_hook.install()
+    return _STATE.import_hook is not None
