@@ -15,6 +15,7 @@ Choices:
   ZeRO-3 no map is passed (transformers refuses one; DeepSpeed places the shards). A 4-bit load on CPU passes
   `device_map="cpu"` (bitsandbytes needs it); otherwise transformers' default (CPU) stands.
 - Tokenizer: a missing pad token becomes eos (or unk); a missing chat template becomes ChatML; both are logged.
+  `apply_chat_template(..., tokenize=True)` returns the ids as in transformers 4.x (chat_template_ids.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import warnings
 import torch
 
 from ..state import model_state
-from . import adapters, embedded, quantization
+from . import adapters, chat_template_ids, embedded, quantization
 from .sources import check_local_source, hub_error, looks_like_path, pickle_only_error
 
 logger = logging.getLogger("slimrl")
@@ -262,6 +263,7 @@ def load_model_and_tokenizer(
         count = quantization.disable_cpu_repacking(model)
         logger.info("bitsandbytes CPU repack path disabled on %d Linear4bit layers (it drops gradients)", count)
     prepare_tokenizer(tokenizer, model)
+    chat_template_ids.swap_in(tokenizer)  # apply_chat_template(tokenize=True) -> ids, as in transformers 4.x
 
     max_positions = getattr(model.config, "max_position_embeddings", None)
     if max_positions is not None and max_seq_length > max_positions:

@@ -13,13 +13,14 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
    flags resolved where TRL's default cannot run (precision.py), then `use_cpu` for a multi-process launch without an
    accelerator (distributed.py), the family's config checks, then TRL's own (the clearer message wins).
 3. Trainer `__init__`: `tokenizer=` (the name older TRL and Unsloth scripts use) taken as `processing_class=` with a
-   notice; TRL's arguments bound by name. Around TRL's `__init__`, the family's context (online: the vLLM engine's
-   rollout config). Before it: the arguments adapted (no `processing_class`: the tokenizer FastLanguageModel
-   returned with the model; the family's adapters, e.g. GRPO's reward functions), precision against the model's
-   weights, the family's checks, the model's checkpointing mode against the config's flag, the knob on every model
-   given (`precompute_ref_log_probs` runs a reference pass inside TRL's `__init__`). TRL's `__init__` then gets the
-   adapted arguments. After it: the knob on the models TRL ended up with (a reference it loaded itself included) and
-   the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
+   notice, and keywords TRL 0.x took on the trainer that are config fields now (`beta=`, `max_length=`) set on the
+   config with a notice (compat.py); TRL's arguments bound by name. Around TRL's `__init__`, the family's context
+   (online: the vLLM engine's rollout config). Before it: the arguments adapted (no `processing_class`: the tokenizer
+   FastLanguageModel returned with the model; the family's adapters, e.g. GRPO's reward functions), precision against
+   the model's weights, the family's checks, the model's checkpointing mode against the config's flag, the knob on
+   every model given (`precompute_ref_log_probs` runs a reference pass inside TRL's `__init__`). TRL's `__init__`
+   then gets the adapted arguments. After it: the knob on the models TRL ended up with (a reference it loaded itself
+   included) and the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
 4. `training_step`: the step's peak memory (CUDA max allocated, or peak RSS on CPU) as the `peak_memory_gb` metric,
    in the trainer's own metric store (`_metrics`, or `_stored_metrics` for the older ORPO/CPO trainers); an
    out-of-memory error, or a peak over `slimrl_max_memory_gb`, stops training with the last completed step's
@@ -44,7 +45,7 @@ from ..ops.chunking import set_num_chunks, validate_num_chunks
 from ..state import AUTO_CHUNKS, config_state, model_state, user_set
 from ..training import budget, oom
 from . import distributed, precision
-from .compat import ARGUMENT_ALIASES, adapt_config_kwargs, take_alias
+from .compat import ARGUMENT_ALIASES, adapt_config_kwargs, move_trainer_kwargs, take_alias
 from .seams import Patch
 
 logger = logging.getLogger("slimrl")
@@ -252,6 +253,7 @@ def trainer_init_maker(family: Family):
             for old, new in ARGUMENT_ALIASES:
                 if old not in signature.parameters:
                     take_alias(kwargs, old, new, type(self).__name__)
+            move_trainer_kwargs(signature, args, kwargs, type(self).__name__, family)
             bound = _bind(signature, self, args, kwargs)
             with _prepared(_setup_call(bound), family):
                 if bound is None:
