@@ -4,7 +4,7 @@
     from trl import GRPOConfig, GRPOTrainer   # patched: slimrl's paths
 
 `from slimrl import FastLanguageModel` patches TRL's trainers as they are imported, before or after it, as Unsloth
-does (slimrl.patches.registry.patch_on_import; `SLIMRL_NO_AUTO_PATCH=1` turns it off, `PatchFastRL("grpo")` then
+does (slimrl.patches.on_import.patch_on_import; `SLIMRL_NO_AUTO_PATCH=1` turns it off, `PatchFastRL("grpo")` then
 patches explicitly). Importing slimrl itself imports neither TRL nor vLLM.
 """
 
@@ -44,7 +44,7 @@ def __getattr__(name):
         _check_versions_once()
     if name == "FastLanguageModel":
         from .models.fast_language_model import FastLanguageModel
-        from .patches.registry import patch_on_import
+        from .patches.on_import import patch_on_import
 
         patch_on_import()  # as Unsloth's import does: TRL's trainers patched as the script imports them
         return FastLanguageModel

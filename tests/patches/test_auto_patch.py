@@ -1,4 +1,4 @@
-"""Patching on import (registry.patch_on_import, auto.py), as Unsloth patches TRL when it is imported.
+"""Patching on import (on_import.patch_on_import, auto.py), as Unsloth patches TRL when it is imported.
 
 The TRL tests run fresh interpreters without SLIMRL_NO_AUTO_PATCH (which tests/conftest.py sets for the in-process
 suite), in both import orders. The hook's own rules (nested imports, a failing patch, forgetting) are tested on a
@@ -15,6 +15,7 @@ import pytest
 import slimrl
 from slimrl.patches import registry
 from slimrl.patches.auto import ImportHook
+from slimrl.patches.on_import import AUTO_PATCH_OFF
 
 PATCHED = """
 def patched(cls, method="__init__"):
@@ -24,7 +25,7 @@ def patched(cls, method="__init__"):
 
 def _run(code: str, **env) -> str:
     """`code` in a fresh interpreter that imports this checkout's slimrl, patching on import left on."""
-    environ = {k: v for k, v in os.environ.items() if k != registry.AUTO_PATCH_OFF}
+    environ = {k: v for k, v in os.environ.items() if k != AUTO_PATCH_OFF}
     source = os.path.dirname(os.path.dirname(slimrl.__file__))
     environ["PYTHONPATH"] = os.pathsep.join([source, *filter(None, [environ.get("PYTHONPATH")])])
     out = subprocess.run(
@@ -144,7 +145,7 @@ def package(tmp_path, monkeypatch):
             if apply is not None:
                 apply(algorithm)
 
-        hook = ImportHook(name, modules, aliases or {}, record)
+        hook = ImportHook(name, lambda: (modules, aliases or {}), record)
         hooks.append(hook)
         hook.install()
         return hook

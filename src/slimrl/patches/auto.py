@@ -54,49 +54,70 @@ class ImportHook(importlib.abc.MetaPathFinder):
     """Patch each algorithm once one of its modules has been imported.
 
     package: the top-level package watched ("trl").
-    modules: algorithm -> the modules its patches live in. aliases: "trl.<Name>" -> the algorithm that adds it.
+    rules: returns (algorithm -> the modules its patches live in, "trl.<Name>" -> the algorithm that adds that
+        alias); called once, when the package is first in use (it may import the registry, which is not cheap).
     apply: patches one algorithm (the registry's; raises PatchError on a moved seam).
     """
 
-    def __init__(
-        self,
-        package: str,
-        modules: dict[str, frozenset[str]],
-        aliases: dict[str, str],
-        apply: Callable[[str], None],
-    ):
-        self.package, self.modules, self.aliases, self.apply = package, modules, aliases, apply
-        self.pending = set(modules) | set(aliases.values())
+    def __init__(self, package: str, rules: Callable[[], tuple[dict, dict]], apply: Callable[[str], None]):
+        self.package, self._rules, self.apply = package, rules, apply
+        self._modules: dict[str, frozenset[str]] | None = None
+        self._aliases: dict[str, str] = {}
+        self._forgotten: set[str] = set()
+        self.pending: set[str] = set()
         self._depth = threading.local()
         self._lock = threading.RLock()
         self._settling = False
+        self._active = True
+
+    def _load_rules(self) -> None:
+        if self._modules is None:
+            modules, aliases = self._rules()
+            self._modules, self._aliases = modules, aliases
+            if self._active:
+                self.pending = (set(modules) | set(aliases.values())) - self._forgotten
+
+    @property
+    def modules(self) -> dict[str, frozenset[str]]:
+        self._load_rules()
+        return self._modules
 
     # -- installation ------------------------------------------------------------------------------------------
     def install(self) -> None:
         if self not in sys.meta_path:
             sys.meta_path.insert(0, self)
-        self.settle()  # what the script imported before
+        if any(name == self.package or name.startswith(self.package + ".") for name in sys.modules):
+            self.settle()  # what the script imported before
 
     def uninstall(self) -> None:
+        self._active = False
         self.pending.clear()
         if self in sys.meta_path:
             sys.meta_path.remove(self)
 
     def forget(self, algorithms) -> None:
         """`algorithms` are no longer patched when their modules load (unpatch of one algorithm)."""
+        self._forgotten.update(algorithms)
         self.pending.difference_update(algorithms)
 
     # -- the finder ---------------------------------------------------------------------------------------------
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.package and not fullname.startswith(self.package + "."):
+        if not self._active or (fullname != self.package and not fullname.startswith(self.package + ".")):
             return None
-        if fullname in self.aliases:
-            self.settle(requested=self.aliases[fullname])
-            return None  # no such module: `from trl import Name` then reads the alias just added
+        if self._may_be_alias(fullname):
+            self._load_rules()
+            if fullname in self._aliases:
+                self.settle(requested=self._aliases[fullname])
+                return None  # no such module: `from trl import Name` then reads the alias just added
         spec = self._spec_from_other_finders(fullname, path, target)
         if spec is not None and spec.loader is not None and not isinstance(spec.loader, _NotifyingLoader):
             spec.loader = _NotifyingLoader(spec.loader, self)
         return spec
+
+    def _may_be_alias(self, fullname: str) -> bool:
+        """`trl.ClassName`: a name looked up as a submodule by `from trl import ClassName` (modules are lowercase)."""
+        parent, _, name = fullname.rpartition(".")
+        return parent == self.package and name[:1].isupper()
 
     def _spec_from_other_finders(self, fullname, path, target):
         for finder in list(sys.meta_path):
@@ -124,7 +145,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
         Never blocks: the imports it runs re-enter here and return at once, and while another thread settles, this
         one returns (that thread checks again before it lets go). Blocking could deadlock on the import locks.
         """
-        while self._lock.acquire(blocking=False):
+        while self._active and self._lock.acquire(blocking=False):
             try:
                 if self._settling:  # re-entered from an import this settle runs
                     if requested is not None:
@@ -135,6 +156,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
                     if requested is not None:
                         self._patch(requested)
                         requested = None
+                    self._load_rules()
                     while ready := [a for a in sorted(self.pending) if self._loaded(a)]:
                         for algorithm in ready:
                             for name in sorted(self.modules[algorithm]):
@@ -149,9 +171,10 @@ class ImportHook(importlib.abc.MetaPathFinder):
                 return
 
     def _loaded(self, algorithm: str) -> bool:
-        return any(name in sys.modules for name in self.modules.get(algorithm, ()))
+        return any(name in sys.modules for name in (self._modules or {}).get(algorithm, ()))
 
     def _patch(self, algorithm: str) -> None:
+        self._load_rules()
         if algorithm not in self.pending:
             return
         self.pending.discard(algorithm)
@@ -160,3 +183,30 @@ class ImportHook(importlib.abc.MetaPathFinder):
         except BaseException:
             self.pending.add(algorithm)  # fail again on the next import, never fall back to stock silently
             raise
+
+
+# -- the hook patch_on_import installed (one per process) ----------------------------------------------------------
+_installed: ImportHook | None = None
+_requested = False
+
+
+def install_once(make: Callable[[], ImportHook]) -> bool:
+    """Install the hook `make` builds, the first time only (after `uninstall`, never again); True while installed."""
+    global _installed, _requested
+    if not _requested:
+        _requested = True
+        _installed = make()
+        _installed.install()
+    return _installed is not None
+
+
+def uninstall() -> None:
+    global _installed
+    if _installed is not None:
+        _installed.uninstall()
+        _installed = None
+
+
+def forget(algorithms) -> None:
+    if _installed is not None:
+        _installed.forget(algorithms)

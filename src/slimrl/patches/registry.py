@@ -7,20 +7,18 @@ Rules every patch follows (seams.py says what a patch is):
 - Patching is idempotent, reversible (`unpatch()` puts back the very objects that were there) and independent of
   import order: classes are patched in place, so `from trl import GRPOTrainer` before or after sees the patch.
 - Importing this module imports no TRL: the algorithm modules hold plain lists of dotted paths.
-- `patch_on_import()` (called on `from slimrl import FastLanguageModel`, as Unsloth patches TRL on import) patches what
-  is imported already and each algorithm whose TRL modules a script imports later (auto.py), through the same checked
-  path as `PatchFastRL`. `SLIMRL_NO_AUTO_PATCH=1` turns it off; `unpatch()` removes it.
+- Patching on import (on_import.py, called on `from slimrl import FastLanguageModel` as Unsloth patches TRL on import)
+  applies each algorithm through `apply_on_import`, the same checked path as `PatchFastRL`, when a script imports its
+  TRL modules (`trl_modules`, `trl_aliases`); `unpatch()` removes the hook (auto.py).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cpo, dpo, grpo, kto, orpo, ppo, reward, rloo, sft
-from .auto import ImportHook
+from . import auto, cpo, dpo, grpo, kto, orpo, ppo, reward, rloo, sft
 from .compat import REMOVED_ALGORITHMS
 from .seams import MISSING, Patch, PatchError, check_seam, check_trl_version, own_attr, trl_version, unwrap_descriptor
 
@@ -33,7 +31,6 @@ __all__ = [
     "is_patched",
     "applied_seams",
     "supported_algorithms",
-    "patch_on_import",
     "PatchError",
     "Patch",
 ]
@@ -63,12 +60,9 @@ class _Applied:
 class _State:
     applied: dict[str, _Applied] = field(default_factory=dict)  # seam -> record
     algorithms: set[str] = field(default_factory=set)
-    import_hook: ImportHook | None = None  # patch_on_import's, until unpatch() removes it
-    import_hook_requested: bool = False  # patch_on_import runs once per process
 
 
 _STATE = _State()
-AUTO_PATCH_OFF = "SLIMRL_NO_AUTO_PATCH"  # set (to anything but "" or "0"): no patching on import
 
 
 def supported_algorithms() -> list[str]:
@@ -140,12 +134,10 @@ def _patch(algorithms: list[str]) -> list[str]:
 def unpatch(algorithm: str | None = None) -> None:
     """Restore stock TRL exactly (all algorithms and the patching on import, or one algorithm)."""
     algorithms = _normalize(algorithm) if algorithm is not None else sorted(_STATE.algorithms)
-    if _STATE.import_hook is not None:
-        if algorithm is None:
-            _STATE.import_hook.uninstall()
-            _STATE.import_hook = None
-        else:
-            _STATE.import_hook.forget(algorithms)
+    if algorithm is None:
+        auto.uninstall()  # no more patching on import in this process
+    else:
+        auto.forget(algorithms)
     still_needed = {p.seam for a in _STATE.algorithms - set(algorithms) for p in ALGORITHMS[a]}
     leaving = {p.seam for a in algorithms for p in ALGORITHMS[a]}
     for seam, rec in list(_STATE.applied.items()):
@@ -191,18 +183,11 @@ def trl_aliases() -> dict[str, str]:
     return {f"trl.{p.name}": a for a, patches in ALGORITHMS.items() for p in patches if p.owner == "trl"}
 
 
-def patch_on_import() -> bool:
-    """Patch TRL's trainers as the script imports them, as Unsloth does on import: what is imported now at once, each
-    other algorithm when one of its TRL modules is imported (auto.py), through the checks `PatchFastRL` runs.
+def apply_on_import(algorithm: str) -> None:
+    """Patch `algorithm` as the import hook asks (on_import.py): `PatchFastRL`'s checks and records."""
+    _patch([algorithm])
 
-    Runs once per process (again after `unpatch()` only through `PatchFastRL`); returns whether patching on import
-    is on. The environment variable `SLIMRL_NO_AUTO_PATCH=1` turns it off: then only `PatchFastRL` patches.
-    """
-    if os.environ.get(AUTO_PATCH_OFF, "").strip() not in ("", "0"):
-        return False
-    if not _STATE.import_hook_requested:
-        _STATE.import_hook_requested = True
-        modules = {a: trl_modules(a) for a in ALGORITHMS}
-        _STATE.import_hook = ImportHook("trl", modules, trl_aliases(), lambda algorithm: _patch([algorithm]))
-        _STATE.import_hook.install()
-    return _STATE.import_hook is not None
+
+def import_rules() -> tuple[dict[str, frozenset[str]], dict[str, str]]:
+    """What the import hook watches: each algorithm's TRL modules, and the `trl` names aliases add."""
+    return {a: trl_modules(a) for a in ALGORITHMS}, trl_aliases()
