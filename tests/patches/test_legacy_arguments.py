@@ -7,6 +7,7 @@ import pytest
 from datasets import Dataset
 
 from slimrl.patches import registry
+from slimrl.state import config_state
 
 import _orpo_cpo_parity as O
 import _pref_parity as H
@@ -154,6 +155,7 @@ def test_dpo_trainer_keywords_move_to_the_config(tmp_path, unpatched, caplog):
             beta=0.3, max_length=40, max_prompt_length=LIMIT,
         )  # fmt: skip
     assert (args.beta, args.max_length, args.max_prompt_length) == (0.3, 40, LIMIT) and trainer.beta == 0.3
+    assert {"beta", "max_length", "max_prompt_length"} <= config_state(args).user_fields  # the user's, not defaults
     assert trainer.processing_class is tokenizer
     said = _notices(caplog)
     assert any("DPOTrainer(beta=...) is a DPOConfig field in TRL 1.16; set beta=0.3 there" in m for m in said)

@@ -159,4 +159,7 @@ def move_trainer_kwargs(signature: inspect.Signature, args: tuple, kwargs: dict,
                     f"TRL 1.16 reads {target} from the config only; set it there once."
                 )
             setattr(config, target, value)
+        state = config_state(config, create=False)
+        if state is not None and state.user_fields is not None:  # the user's choice now, not TRL's default
+            state.user_fields = state.user_fields | {target}
         notice(f"{owner}({name}=...) is a {config_cls.__name__} field in TRL 1.16; set {target}={short(value)} there.")
