@@ -59,6 +59,7 @@ def test_slimrl_first_every_trainer_patched_when_imported_and_unpatch_removes_th
         assert patched(GRPOTrainer) and not hasattr(GRPOTrainer.__init__.__slimrl_original__, "__slimrl_seam__")
         slimrl.unpatch()
         assert not patched(GRPOTrainer) and not hasattr(trl, "ORPOConfig")
+        from slimrl import FastLanguageModel  # after unpatch(): no patching on import again
         from trl.trainer.kto_config import KTOConfig  # imported after unpatch: stock
         assert not patched(KTOConfig) and not slimrl.is_patched()
         print("ok")
@@ -67,15 +68,20 @@ def test_slimrl_first_every_trainer_patched_when_imported_and_unpatch_removes_th
     assert out.strip().endswith("ok")
 
 
-def test_trl_first_then_fastlanguagemodel_patches_what_is_loaded():
+def test_opt_out_then_trl_first_then_fastlanguagemodel_patches_what_is_loaded():
     out = _run(
         """
-        from trl import GRPOConfig
-        config = GRPOConfig(output_dir="/tmp/slimrl-auto", bf16=False)  # built before slimrl: stock config
-        import sys
-        from slimrl import FastLanguageModel, is_patched
-        from trl import GRPOTrainer
-        assert is_patched("grpo") and patched(GRPOTrainer) and patched(GRPOConfig, "__post_init__")
+        import os, sys
+        from trl import GRPOTrainer, RLOOConfig
+        config = RLOOConfig(output_dir="/tmp/slimrl-auto", bf16=False)  # built before slimrl: stock config
+        os.environ["SLIMRL_NO_AUTO_PATCH"] = "1"  # opted out: TRL stays stock until PatchFastRL
+        from slimrl import FastLanguageModel, PatchFastRL, is_patched
+        assert not is_patched() and not patched(GRPOTrainer)
+        assert PatchFastRL("grpo", FastLanguageModel) == ["grpo"] and patched(GRPOTrainer)
+        del os.environ["SLIMRL_NO_AUTO_PATCH"]
+        from slimrl import FastLanguageModel  # trl imported first: what is loaded is patched now
+        from trl import RLOOTrainer
+        assert is_patched("rloo") and patched(RLOOTrainer) and patched(RLOOConfig, "__post_init__")
         assert config.slimrl_reward_errors == "raise" and config.slimrl_num_chunks == -1
         assert not is_patched("dpo") and "trl.trainer.dpo_trainer" not in sys.modules
         import trl.trainer.dpo_trainer as m  # a later module: patched when it loads
@@ -85,32 +91,6 @@ def test_trl_first_then_fastlanguagemodel_patches_what_is_loaded():
         """
     )
     assert out.strip().endswith("ok")
-
-
-def test_opt_out_leaves_trl_stock_until_patchfastrl():
-    out = _run(
-        """
-        from slimrl import FastLanguageModel, PatchFastRL, is_patched
-        from trl import GRPOTrainer
-        assert not is_patched() and not patched(GRPOTrainer)
-        assert PatchFastRL("grpo", FastLanguageModel) == ["grpo"] and patched(GRPOTrainer)
-        print("ok")
-        """,
-        SLIMRL_NO_AUTO_PATCH="1",
-    )
-    assert out.strip().endswith("ok")
-
-
-def test_every_algorithm_maps_to_the_modules_its_patches_live_in():
-    import importlib
-
-    for algorithm, patches in registry.ALGORITHMS.items():
-        modules = registry.trl_modules(algorithm)
-        assert all(importlib.import_module(name).__name__ == name for name in modules)
-        for patch in patches:
-            in_module = any(patch.owner == m or patch.owner.startswith(m + ".") for m in modules)
-            assert in_module or f"{patch.owner}.{patch.name}" in registry.trl_aliases(), patch.seam
-    assert registry.trl_modules("ppo") == frozenset() and registry.trl_aliases()["trl.ORPOTrainer"] == "orpo"
 
 
 # -- the hook's rules, on a small package ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Patching TRL's trainers as a script imports them, as Unsloth does on import (registry.patch_on_import installs it).
+"""Patching TRL's trainers as a script imports them, as Unsloth does on import (on_import.patch_on_import installs it).
 
 `ImportHook` is a `sys.meta_path` finder that lets the other finders find every module of the package (`trl`) and
 wraps the loader they return, so it hears when a module's code has run. When the outermost TRL import of the
@@ -201,7 +201,9 @@ def install_once(make: Callable[[], ImportHook]) -> bool:
 
 
 def uninstall() -> None:
-    global _installed
+    """No patching on import for the rest of the process (unpatch() of everything)."""
+    global _installed, _requested
+    _requested = True
     if _installed is not None:
         _installed.uninstall()
         _installed = None
