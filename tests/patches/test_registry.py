@@ -153,10 +153,13 @@ def test_offline_trainer_patches_exactly_its_seams_and_unpatches(algo):
     before = _snapshot()
     assert slimrl.PatchFastRL(algo) == [algo]
     own = {p.seam for p in registry.ALGORITHMS[algo]}
-    assert set(registry.applied_seams()) == own
+    created = {p.seam for p in registry.ALGORITHMS[algo] if p.creates}  # the config fields' defaults
+    assert set(registry.applied_seams()) == own and created
     after = _snapshot()
     for seam, obj in after.items():
-        if seam in own:
+        if seam in created:
+            assert before[seam] is seams.MISSING and obj is not seams.MISSING
+        elif seam in own:
             assert obj is not before[seam] and seams.unwrap_descriptor(obj).__slimrl_seam__ == seam
         else:
             assert obj is before[seam], f"{algo} touched {seam}"

@@ -184,11 +184,9 @@ def test_sft_max_seq_length_is_max_length(tmp_path, unpatched):
 @pytest.mark.parametrize(
     "algorithm, field, says",
     [
-        ("grpo", "max_prompt_length", "no longer truncate prompts"),
-        ("rloo", "max_prompt_length", "no longer truncate prompts"),
-        ("dpo", "max_prompt_length", "truncated together by max_length"),
         ("kto", "max_prompt_length", "truncated together by max_length"),
-        ("orpo", "max_prompt_length", "truncated together by max_length"),
+        ("dpo", "max_target_length", "truncated together by max_length"),
+        ("orpo", "max_target_length", "truncated together by max_length"),
     ],
 )
 def test_removed_fields_say_what_replaced_them(algorithm, field, says, tmp_path, unpatched):

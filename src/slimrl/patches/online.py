@@ -5,9 +5,9 @@ Patched (beyond the shared set-up of trainer_setup.py):
    (slimrl.ops.logprob: completion-only scoring, bounded row chunks). TRL's private helpers it reads are checked seams.
 2. Config: the fields `vllm_sampling_params` (rollouts on the model's vLLM engine), `slimrl_reward_errors`
    ("raise" | "skip", see rewards.py) and `slimrl_shared_prefix` ("auto" | True | False, shared_prefix_rules.py);
-   `max_new_tokens` as the older name of `max_completion_length`, the removed `max_prompt_length` refused saying
-   why (compat.py); config checks: learning rate, sampling temperature, batch geometry fitted or refused
-   (validation.py).
+   `max_new_tokens` as the older name of `max_completion_length` (compat.py), `max_prompt_length` with its TRL 0.2x
+   meaning (prompt_limit.py: `_tokenize_prompts` keeps a long prompt's last tokens); config checks: learning rate,
+   sampling temperature, batch geometry fitted or refused (validation.py).
 3. Trainer `__init__`: every callable reward function wrapped (rewards.py: keywords by signature, a parameter no
    column provides refused now, failures named); the model's `max_seq_length` against the completion length and
    the dataset's longest prompt; around TRL's `__init__`, the engine's rollout config
@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from . import shared_prefix_rules, validation
+from . import prompt_limit, shared_prefix_rules, validation
 from .compat import ONLINE_REMOVED, ONLINE_RENAMED
 from .data_checks import dataset_check
 from .rewards import check_policy, checked_rewards
@@ -51,6 +51,7 @@ def check_sequence_lengths(call: SetupCall) -> None:
 
 def check_config(args) -> None:
     check_policy(args.slimrl_reward_errors)
+    prompt_limit.check_config(args)
     shared_prefix_rules.check_config(args)
     validation.check_config(args)
 
@@ -71,6 +72,7 @@ ONLINE = Family(
         ("vllm_server_sync", "auto"),
         ("slimrl_reward_errors", "raise"),
         shared_prefix_rules.FIELD,
+        prompt_limit.FIELD,
     ),
     renamed_fields=ONLINE_RENAMED,
     removed_fields=ONLINE_REMOVED,
@@ -115,6 +117,13 @@ def online_patches(algorithm: str, module: str, trainer: str, config_module: str
             f"{config_module}.{config}",
             ("self", "model", "reward_funcs", "args", "train_dataset", "eval_dataset", "processing_class"),
             step_params=("self", "model", "inputs", "num_items_in_batch"),
+        ),
+        Patch(
+            trainer_path,
+            "_tokenize_prompts",
+            ("self", "prompts"),
+            prompt_limit.make_tokenize_prompts,
+            "max_prompt_length: longer prompts keep their last tokens",
         ),
         Patch(
             trainer_path,

@@ -136,13 +136,17 @@ def check_max_seq_length(model, args, train_dataset=None, processing_class=None,
     lengths = _prompt_lengths(train_dataset, processing_class, scan_limit)
     if not lengths:
         return
+    limit = getattr(args, "max_prompt_length", None)  # prompts are cut to it before generation (prompt_limit.py)
+    if limit is not None:
+        lengths = [min(n, limit) for n in lengths]
     longest = max(lengths)
     if longest + completion > max_len:
         too_long = sum(1 for n in lengths if n + completion > max_len)
         raise ValueError(
             f"{too_long} prompt(s) in train_dataset (the longest {longest} tokens) plus max_completion_length "
             f"({completion}) exceed the model's max_seq_length ({max_len}). Raise max_seq_length in "
-            "FastLanguageModel.from_pretrained, lower max_completion_length, or filter the long prompts."
+            "FastLanguageModel.from_pretrained, lower max_completion_length, filter the long prompts, or set "
+            "max_prompt_length to cut them."
         )
 
 
