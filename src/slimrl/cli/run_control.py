@@ -12,7 +12,8 @@ Choices:
   run folder (a one-line notice says so), so the resumed run continues where the first one writes.
   `--resume_from_checkpoint PATH` (TrainingArguments' own field) still works; giving both is an error.
 - The interrupt line repeats the command as run, with `--resume <output_dir>` in place of any resume flag, so it
-  can be pasted as is.
+  can be pasted as is; secret flags (`--hub_token`, `--api_key`, ...) are left out and credential-shaped values
+  replaced (cli/redaction.py), so the line can go to logs.
 - An out-of-memory stop (slimrl.training.oom) ends the command with its message (exit status 1), no traceback:
   everything the user needs (peak, knobs, checkpoint) is in the message.
 """
@@ -25,6 +26,7 @@ from ..state import user_set
 from ..training.checkpoints import resolve_resume, run_dir_of
 from ..training.interrupt import SafeInterrupt
 from ..training.oom import TrainingOutOfMemory
+from .redaction import left_out_note, redact_argv
 
 RESUME_LATEST = "latest"  # the value of a bare `--resume` (argparse const)
 _RESUME_FLAGS = ("--resume", "--resume_from_checkpoint")
@@ -46,7 +48,10 @@ def _without_resume(argv: list[str]) -> list[str]:
 
 
 def resume_command(command: str, argv: list[str], output_dir: str) -> str:
-    return shlex.join(["slimrl", command, *_without_resume(argv), "--resume", str(output_dir)])
+    """The command that resumes this run, with no secret in it (a `str.format` template: braces doubled)."""
+    kept, left_out = redact_argv(_without_resume(argv))
+    line = shlex.join(["slimrl", command, *kept, "--resume", str(output_dir)]) + left_out_note(left_out)
+    return line.replace("{", "{{").replace("}", "}}")
 
 
 def apply_run_flags(command: str, argv: list[str], task_args, training_args) -> None:
