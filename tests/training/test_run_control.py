@@ -103,6 +103,25 @@ def test_resume_command_repeats_the_flags_with_one_resume(argv):
     assert shlex.split(command) == ["slimrl", "dpo", "--max_steps", "9", "--resume", "out dir"]
 
 
+@pytest.mark.parametrize(
+    "flags, private",
+    [
+        ([], True),
+        (["--public"], False),
+        (["--hub_private_repo", "False"], False),
+        (["--hub_private_repo", "True"], True),
+    ],
+)
+def test_hub_pushes_are_private_unless_public(flags, private):
+    _, _, args = parse_grpo_args(["--bf16", "False", "--push_to_hub", "True", "--hub_model_id", "me/x", *flags])
+    assert args.hub_private_repo is private
+
+
+def test_public_and_private_together_is_an_error():
+    with pytest.raises(ValueError, match="--public and --hub_private_repo True both given"):
+        parse_grpo_args(["--bf16", "False", "--public", "--hub_private_repo", "True"])
+
+
 TOKEN = "hf_" + "aB3" * 12  # Hub-token shaped
 
 

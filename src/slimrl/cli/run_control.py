@@ -14,6 +14,8 @@ Choices:
 - The interrupt line repeats the command as run, with `--resume <output_dir>` in place of any resume flag, so it
   can be pasted as is; secret flags (`--hub_token`, `--api_key`, ...) are left out and credential-shaped values
   replaced (cli/redaction.py), so the line can go to logs.
+- Hub pushes (`--push_to_hub`) create a private repository unless `--public` is given: TRL's `hub_private_repo`
+  left unset becomes True; `--public` sets it False; `--public` with `--hub_private_repo True` is an error.
 - An out-of-memory stop (slimrl.training.oom) ends the command with its message (exit status 1), no traceback:
   everything the user needs (peak, knobs, checkpoint) is in the message.
 """
@@ -54,8 +56,19 @@ def resume_command(command: str, argv: list[str], output_dir: str) -> str:
     return line.replace("{", "{{").replace("}", "}}")
 
 
+def apply_hub_visibility(task_args, training_args) -> None:
+    """A repository the run pushes to is private unless --public (hub_private_repo set by the user is kept)."""
+    if task_args.public:
+        if user_set(training_args, "hub_private_repo") and training_args.hub_private_repo:
+            raise ValueError("--public and --hub_private_repo True both given: pass one of them.")
+        training_args.hub_private_repo = False
+    elif training_args.hub_private_repo is None:
+        training_args.hub_private_repo = True
+
+
 def apply_run_flags(command: str, argv: list[str], task_args, training_args) -> None:
-    """--resume into the TRL config; the resume command for the interrupt line."""
+    """--resume into the TRL config; the Hub visibility; the resume command for the interrupt line."""
+    apply_hub_visibility(task_args, training_args)
     resume = task_args.resume
     if resume is not None:
         if training_args.resume_from_checkpoint:
