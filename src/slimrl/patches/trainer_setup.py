@@ -10,8 +10,8 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
    may adjust a TRL default but never a value the user set.
 2. Config `__post_init__`: defaults for slimrl's fields where the config was built without `__init__`
    (`dataclasses.replace`, a parser), precision flags resolved where TRL's default cannot run (precision.py), then
-   `use_cpu` for a multi-process launch without an accelerator (distributed.py), the family's config checks, then
-   TRL's own (the clearer message wins).
+   `use_cpu` for a multi-process launch without an accelerator (distributed.py), every numeric field against its
+   meaningful range (config_ranges.py), the family's config checks, then TRL's own (the clearer message wins).
 3. Trainer `__init__`: `tokenizer=` (the name older TRL and Unsloth scripts use) taken as `processing_class=` with a
    notice; TRL's arguments bound by name. Around TRL's `__init__`, the family's context (online: the vLLM engine's
    rollout config). Before it: the arguments adapted (no `processing_class`: the tokenizer FastLanguageModel
@@ -45,6 +45,7 @@ from ..state import AUTO_CHUNKS, config_state, model_state, user_set
 from ..training import budget, oom
 from . import distributed, precision
 from .compat import ARGUMENT_ALIASES, adapt_config_kwargs, take_alias
+from .config_ranges import check_ranges
 from .seams import Patch
 
 logger = logging.getLogger("slimrl")
@@ -112,6 +113,7 @@ def config_post_init_maker(family: Family):
             setattr(self, budget.BUDGET_FIELD, budget.validate_memory_budget(getattr(self, budget.BUDGET_FIELD)))
             precision.resolve_config_precision(self)
             distributed.resolve_config_device(self)
+            check_ranges(self)  # every numeric field against its meaningful range (config_ranges.py)
             family.check_config(self)
             original(self)
 
