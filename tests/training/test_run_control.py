@@ -20,10 +20,12 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 
 def _checkpoint(folder, step, complete=True):
+    from _checkpoint_files import write_checkpoint
+
     path = folder / f"checkpoint-{step}"
-    path.mkdir(parents=True)
     if complete:
-        (path / "trainer_state.json").write_text("{}")
+        return write_checkpoint(path)
+    path.mkdir(parents=True)
     return path
 
 

@@ -24,6 +24,7 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
    in the trainer's own metric store (`_metrics`, or `_stored_metrics` for the older ORPO/CPO trainers); an
    out-of-memory error, or a peak over `slimrl_max_memory_gb`, stops training with the last completed step's
    checkpoint kept (slimrl.training.oom).
+5. `train(resume_from_checkpoint=...)`: the checkpoint checked whole first (resume_checks.py).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from ..training import budget, oom
 from . import distributed, precision
 from .compat import ARGUMENT_ALIASES, adapt_config_kwargs, take_alias
 from .config_ranges import check_ranges
+from .resume_checks import resume_check_patch
 from .seams import Patch
 
 logger = logging.getLogger("slimrl")
@@ -300,8 +302,9 @@ def setup_patches(
     trainer_params: tuple[str, ...],
     step_params: tuple[str, ...] = ("self",),
 ) -> list[Patch]:
-    """The four set-up patches of one trainer: config `__init__` and `__post_init__`, trainer `__init__`,
-    `training_step` (trainer_params / step_params: the leading parameters TRL's methods must have)."""
+    """The five set-up patches of one trainer: config `__init__` and `__post_init__`, trainer `__init__`,
+    `training_step` (trainer_params / step_params: the leading parameters TRL's methods must have), and `train`'s
+    check of a checkpoint to resume from (resume_checks.py)."""
     fields = ", ".join(
         [
             "slimrl_num_chunks",
@@ -326,4 +329,5 @@ def setup_patches(
             "model checks, chunking, checkpointing mode",
         ),
         Patch(trainer_path, "training_step", step_params, make_training_step, "peak memory metric, out-of-memory stop"),
+        resume_check_patch(trainer_path),
     ]
