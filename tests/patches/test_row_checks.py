@@ -24,10 +24,11 @@ GOOD = [{"role": "user", "content": "what is 2 + 2?"}]
         (True, LABEL, None),
         (None, EITHER, "empty (None)"),
         (17, EITHER, "a int (17), not a string or a list of chat messages"),
-        ([{"content": "hi"}], EITHER, 'message 0 is a message without a "role"'),
-        ([{"role": None, "content": "hi"}], EITHER, 'message 0 is a message without a "role"'),
-        ([{"role": "user"}], EITHER, 'message 0 is a message without "content"'),
-        (["hi"], EITHER, "message 0 is a str, not a message dict"),
+        ([{"content": "hi"}], EITHER, 'a message list whose message 0 has no "role"'),
+        ([{"role": None, "content": "hi"}], EITHER, 'a message list whose message 0 has no "role"'),
+        ([{"role": "user"}], EITHER, 'a message list whose message 0 has no "content"'),
+        ([{"role": "user", "content": 3}], EITHER, 'a message list whose message 0 has a "content" that is a int'),
+        (["hi"], EITHER, "a message list whose message 0 is a str, not a message dict"),
         ([], EITHER, "an empty list of messages"),
         ("hi", MESSAGES, "a string, not a list of chat messages"),
         (GOOD, TEXT, "a list"),
@@ -61,7 +62,7 @@ def _grpo(tmp_path, dataset):
     "bad_value, problem",
     [
         (None, "empty (None)"),
-        ([{"role": "user", "content": "q"}, {"content": "no role"}], 'message 1 is a message without a "role"'),
+        ([{"role": "user", "content": "q"}, {"content": "no role"}], 'a message list whose message 1 has no "role"'),
     ],
 )
 def test_grpo_names_row_17_and_the_column(tmp_path, unpatched, bad_value, problem):

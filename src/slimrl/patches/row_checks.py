@@ -43,15 +43,16 @@ def _shown(value) -> str:
 
 
 def _message_problem(message) -> str | None:
+    """What is wrong with one chat message, as a predicate ("has no ...", "is ..."), or None."""
     if not isinstance(message, dict):
-        return f"a {type(message).__name__}, not a message dict"
+        return f"is a {type(message).__name__}, not a message dict"
     if not isinstance(message.get("role"), str) or not message["role"]:
-        return f'a message without a "role" ({_shown(message)})'
+        return f'has no "role" ({_shown(message)})'
     content = message.get("content")
     if content is None and not message.get("tool_calls"):
-        return f'a message without "content" ({_shown(message)})'
+        return f'has no "content" ({_shown(message)})'
     if content is not None and not isinstance(content, (str, list)):
-        return f'a message whose "content" is a {type(content).__name__}'
+        return f'has a "content" that is a {type(content).__name__}'
     return None
 
 
@@ -69,7 +70,7 @@ def cell_problem(value, kind: str) -> str | None:
         for index, message in enumerate(value):
             problem = _message_problem(message)
             if problem is not None:
-                return f"message {index} is {problem}"
+                return f"a message list whose message {index} {problem}"
         return None
     return f"a {type(value).__name__} ({_shown(value)}), not {WANTED[kind]}"
 
