@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..models.checkpointing import normalize_mode
+
 ONLINE = ("grpo", "rloo")
 PAIRED = ("dpo", "orpo", "cpo")  # chosen + rejected rows per example
 CONFIG_CLASSES = {
@@ -147,7 +149,7 @@ def run_shape(
         completion_length=completion,
         weight_bytes=weight_bytes,
         act_bytes=2 if autocast else weight_bytes,
-        checkpointing="offload" if checkpointing in ("offload", "unsloth") else bool(checkpointing),
+        checkpointing=normalize_mode(checkpointing),
         num_chunks=int(f.get("slimrl_num_chunks", -1) if f.get("slimrl_num_chunks") is not None else -1),
         lora=lora,
         load_in_4bit=load_in_4bit,
