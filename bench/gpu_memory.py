@@ -10,9 +10,11 @@ bench/_gpu_unsloth.py (Unsloth); the peak reading: bench/_gpu_measure.py; the pl
     python bench/gpu_memory.py --report DIR/gpu_memory.json ...           # one markdown table from several runs
 
 Presets (flags given on the command line win):
-  quick  8B at 8 x 8192, then 1.5B at 8 x 8192, every GRPO arm, 2 steps each; no search (about 8 minutes)
+  quick  8B at 8 x 8192, then 1.5B at 8 x 8192, every GRPO arm, 2 steps each; no search (sized for one 10-minute
+         command: what would not end before --deadline is skipped and said so)
   full   both models at 8 x 8192 and 8 x 2048 with every arm, 3 steps each; the longest completion of every arm on 8B;
-         DPO/ORPO at 2 x 4096 (an hour or more: split it with --only/--models/--arms and several --deadline calls)
+         DPO/ORPO at 2 x 4096 (many 10-minute commands' worth: give a long --deadline, or split it with
+         --only/--models/--arms into several commands and join their files with --report)
 Output (--out): gpu_memory.json (every row as it comes, with the commit, device and versions), gpu_memory.md (the
 tables), logs/ (each child's stdout and stderr). A killed command keeps the rows it finished; no child starts that
 would not end before --deadline.
@@ -56,7 +58,7 @@ PRESETS = {
         pref_length=64,
         start=16,
         resolution=16,
-        maximum=32,
+        maximum=16,
         device="cpu",
         threads=1,
         deadline=3600,
@@ -140,16 +142,18 @@ class Runner:
             except Exception as exc:  # noqa: BLE001 - a plan that fails is reported, the measurement kept
                 row["planned_error"] = f"{type(exc).__name__}: {exc}"
         self.rows.append(row)
-        save(self.rows, self.meta, self.a.out)
+        save(self.rows, self.meta, self.a.out, self.a.json)
         shown = {k: v for k, v in row.items() if k not in ("probes", "planned_terms", "step_times", "settings")}
         print(json.dumps(shown)[:700], file=sys.stderr, flush=True)
         return row
 
 
-def save(rows: list[dict], run_meta: dict, out: str) -> None:
+def save(rows: list[dict], run_meta: dict, out: str, also: str | None = None) -> None:
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "gpu_memory.json"), "w") as f:
-        json.dump({"meta": run_meta, "rows": rows}, f, indent=1)
+    for path in [os.path.join(out, "gpu_memory.json")] + ([also] if also else []):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump({"meta": run_meta, "rows": rows}, f, indent=1)
 
 
 def run_grpo(r: Runner, model: str) -> None:
@@ -241,6 +245,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "gpu_memory"), help="results folder")
+    p.add_argument("--json", help="also write the rows (and meta) to this file")
     p.add_argument("--unsloth-site", default=os.environ.get("UNSLOTH_SITE"), help="Unsloth's own package folder")
     p.add_argument("--model-dir", default="/tmp/slimrl-bench-models", help="model folders the Unsloth arm loads")
     p.add_argument("--report", nargs="+", help="print the tables of these JSON files and exit")
@@ -271,6 +276,7 @@ def main(argv=None) -> int:
     if a.child:
         print(json.dumps(child_main(a)), flush=True)
         return 0
+    sys.path.insert(1, os.path.join(ROOT, "src"))  # the parent plans with this slimrl (children: run_self's path)
     from _gpu_report import render
 
     if a.report:

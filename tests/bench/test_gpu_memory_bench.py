@@ -270,6 +270,6 @@ def test_smoke_run_end_to_end(tmp_path):
         first = [r["losses"][0] for r in runs if r["kind"] == kind and r.get("trainer") == trainer]
         assert all(loss == pytest.approx(first[0], rel=1e-5, abs=1e-7) for loss in first)
     assert all("planned" in r for r in runs if r["kind"] == "grpo")
-    assert [r["longest"] for r in rows if r["kind"] == "bisect"] == [32] * 4
+    assert [r["longest"] for r in rows if r["kind"] == "bisect"] == [16] * 4
     assert len(os.listdir(tmp_path / "logs")) == len([r for r in rows if r["kind"] != "bisect"])
     assert "## Targets" in proc.stdout
