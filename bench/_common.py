@@ -87,8 +87,8 @@ class PhasePeak:
 
 
 class OverallPeak:
-    """Peak RSS of the whole run, robust to VmHWM resets (ours per phase, or slimrl's own per-step metric, which
-    also reset `ru_maxrss`): a thread polls VmHWM every 5 ms, which is monotonic between resets."""
+    """Peak RSS of the whole run, robust to the per-phase VmHWM resets of PhasePeak: a thread polls VmHWM every 5 ms,
+    which is monotonic between resets."""
 
     def __init__(self):
         self.peak, self._running = PhasePeak.rss(), True
