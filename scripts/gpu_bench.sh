@@ -52,6 +52,7 @@ started=$SECONDS
 mkdir -p "$out"
 
 source scripts/gpu_env.sh
+WHEEL_DIR="${WHEEL_DIR:-.whl}"
 if [ -z "${SLIMRL_COMMIT:-}" ] && [ -f "$WHEEL_DIR/source.json" ]; then
     SLIMRL_COMMIT=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["commit"])' "$WHEEL_DIR/source.json")
     export SLIMRL_COMMIT

@@ -7,8 +7,9 @@ each run is its own process, 1-5 minutes on 2 cores).
     kv       GRPO, LoRA, 64 rows x 512 tokens generated at once, checkpointing on: the rollout's KV cache
 
 Measured on CPU as each optimizer step's peak RSS (VmHWM, reset by the harness when a step begins, rollouts included;
-steps after the first; one thread; the machine may be shared: RSS barely depends on load). Negative control: the head run planned with the chunk knob left automatic
-(128 MiB of tiles instead of 1 GiB) is far outside the tolerance, so the check can fail.
+steps after the first; one thread; the machine may be shared: RSS barely depends on load). Negative control: the head
+run planned with the chunk knob left automatic (128 MiB of tiles instead of 1 GiB) is far outside the tolerance, so the
+check can fail.
 """
 
 import pytest
