@@ -20,9 +20,13 @@ def test_patches_exactly_their_seams_and_unpatch_restores(unpatched, algorithm):
     before = {seam: seams.own_attr(owners[seam], seam.rsplit(".", 1)[1]) for seam in owners}
     assert slimrl.PatchFastRL(algorithm) == [algorithm]
     assert set(registry.applied_seams()) == set(owners)
+    created = {p.seam for p in registry.ALGORITHMS[algorithm] if p.creates}  # the config fields' defaults
     for seam, owner in owners.items():
         now = seams.own_attr(owner, seam.rsplit(".", 1)[1])
-        assert now is not before[seam] and seams.unwrap_descriptor(now).__slimrl_seam__ == seam
+        if seam in created:
+            assert before[seam] is seams.MISSING and now is not seams.MISSING
+        else:
+            assert now is not before[seam] and seams.unwrap_descriptor(now).__slimrl_seam__ == seam
     registry.unpatch(algorithm)
     assert {seam: seams.own_attr(owners[seam], seam.rsplit(".", 1)[1]) for seam in owners} == before
 
