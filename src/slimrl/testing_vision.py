@@ -16,6 +16,7 @@ import tempfile
 
 import torch
 
+from .models.vision import image_processor_only
 from .testing import tiny_tokenizer
 
 KINDS = ("gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")
@@ -56,26 +57,6 @@ def _qwen_tokenizer(vocab_size: int):
     tokenizer = tiny_tokenizer(vocab_size)
     tokenizer.add_tokens(_QWEN_TOKENS, special_tokens=True)
     return tokenizer
-
-
-def image_processor_only(processor_class):
-    """`processor_class` (a Qwen-VL processor) without its video processor: transformers 5 builds that one with
-    torchvision only. Image prompts go through the class's own code."""
-    from transformers.processing_utils import ProcessorMixin
-
-    class ImageOnly(processor_class):
-        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-            self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
-            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
-            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
-            if hasattr(processor_class, "vision_start_token"):  # Qwen3-VL names its boundary tokens
-                self.vision_start_token, self.vision_end_token = "<|vision_start|>", "<|vision_end|>"
-                self.vision_start_token_id = tokenizer.convert_tokens_to_ids(self.vision_start_token)
-                self.vision_end_token_id = tokenizer.convert_tokens_to_ids(self.vision_end_token)
-            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
-
-    ImageOnly.__name__ = ImageOnly.__qualname__ = f"{processor_class.__name__}ImageOnly"
-    return ImageOnly
 
 
 def _qwen_processor(kind: str, tokenizer):
