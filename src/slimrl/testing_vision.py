@@ -59,12 +59,12 @@ def _qwen_tokenizer(vocab_size: int):
     return tokenizer
 
 
-def _qwen_processor(kind: str, tokenizer):
+def _qwen_processor(kind: str, tokenizer, image_tokens_side: int = 2):
     import transformers
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     patch = 16 if kind == "qwen3_vl" else 14
-    pixels = (2 * patch) ** 2 * 4  # a 2 x 2 grid of merged tokens: 4 image tokens per image
+    pixels = (2 * patch * image_tokens_side) ** 2  # a side x side grid of merged tokens (default 2 x 2: 4 per image)
     image_processor = Qwen2VLImageProcessorPil(
         min_pixels=pixels, max_pixels=pixels, patch_size=patch, merge_size=2, temporal_patch_size=2
     )
@@ -77,8 +77,9 @@ def _qwen_processor(kind: str, tokenizer):
         return image_processor_only(processor_class)(image_processor, tokenizer, chat_template=template)
 
 
-def tiny_processor(kind: str, vocab_size: int = 512):
-    """The processor of a tiny model of `kind` (one of KINDS)."""
+def tiny_processor(kind: str, vocab_size: int = 512, image_tokens_side: int = 2):
+    """The processor of a tiny model of `kind` (one of KINDS); the Qwen families resize every image to
+    `image_tokens_side` x `image_tokens_side` merged tokens (4 patches each), Gemma 3 to 4 tokens."""
     if kind == "gemma3":
         from transformers import Gemma3Processor
         from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
@@ -91,7 +92,7 @@ def tiny_processor(kind: str, vocab_size: int = 512):
             image_seq_length=4,
         )
     if kind in KINDS:
-        return _qwen_processor(kind, _qwen_tokenizer(vocab_size))
+        return _qwen_processor(kind, _qwen_tokenizer(vocab_size), image_tokens_side)
     raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
 
 
