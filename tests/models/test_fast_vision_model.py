@@ -11,7 +11,7 @@ from slimrl.testing_vision import save_tiny_vlm
 VISION_PREFIXES = ("model.visual.", "model.vision_tower.")
 
 
-@pytest.fixture(scope="module", params=["gemma3", "qwen2_vl"])
+@pytest.fixture(scope="module", params=["qwen2_vl", pytest.param("gemma3", marks=pytest.mark.slow)])
 def tiny_vlm_dir(request, tmp_path_factory):
     return save_tiny_vlm(tmp_path_factory.mktemp(request.param), request.param)
 

@@ -40,7 +40,7 @@ def _flat(output) -> list[torch.Tensor]:
     return tensors
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.slow) if k == "gemma3" else k for k in KINDS])
 def test_distinct_encoding_equals_per_image(kind):
     assert kind in VERIFIED_MODEL_TYPES
     model, processor = tiny_vlm(kind, dtype=torch.float64)

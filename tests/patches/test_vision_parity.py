@@ -70,7 +70,7 @@ def test_sharing_off_encodes_every_row(tmp_path, unpatched):
     assert shared_prefix_stats(trainers.patched).images_given == 0  # nothing installed, nothing counted
 
 
-@pytest.mark.parametrize("kind", ["gemma3", pytest.param("qwen2_vl", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kind", ["qwen2_vl", pytest.param("gemma3", marks=pytest.mark.slow)])
 def test_dpo_image_prompts_match_stock(tmp_path, unpatched, kind):
     trainers = V.build_sides("dpo", kind, DPO, str(tmp_path), T.lora_config(**LANGUAGE_LORA))
     traces = V.run_sides("dpo", trainers)
