@@ -7,7 +7,7 @@ gets an instance attribute of that name, `encode_distinct` over the original bou
 (usually none: the class method) is put back on exit. With `slimrl_shared_prefix=False` nothing is installed.
 Where it does not apply, the model encodes one image per row as stock (the reason logged once per trainer):
 - a model type whose encoder was not checked to encode each image on its own (VERIFIED_MODEL_TYPES: the parity and
-  per-image tests of tests/patches/test_vision_grpo.py and tests/ops/test_image_features.py cover each);
+  per-image tests of tests/patches/test_vision_parity.py and tests/ops/test_image_features.py cover each);
 - under "auto", active dropout in the model (copies of one image would share one dropout mask);
 - a call not asking for a ModelOutput (`return_dict` not True: the fields' layout is then the caller's business).
 """
