@@ -47,7 +47,7 @@ OFFLINE_REMOVED = (
 )
 WARMUP_RATIO, WARMUP_STEPS = "warmup_ratio", "warmup_steps"
 # Algorithms PatchFastRL refuses, with the nearest one it patches: TRL removed PRM, XPO, BCO and Nash-MD after 1.12;
-# online DPO and GKD are still in TRL 1.16, under trl.experimental, where they run unpatched
+# online DPO is still in TRL 1.16, under trl.experimental, where it runs unpatched
 REMOVED_ALGORITHMS = {
     "prm": "TRL removed its PRM (process reward model) trainer; train a step-level scorer as a reward model "
     "(PatchFastRL('reward'))",
@@ -56,8 +56,6 @@ REMOVED_ALGORITHMS = {
     "nash_md": "TRL removed Nash-MD; the nearest supported algorithm is 'grpo' (online) or 'dpo' (offline)",
     "online_dpo": "TRL 1.16 ships online DPO as trl.experimental.online_dpo.OnlineDPOTrainer, which slimrl does not "
     "patch (it runs there as stock TRL); the nearest algorithm slimrl patches is 'grpo'",
-    "gkd": "TRL 1.16 ships GKD (distillation) as trl.experimental.gkd.GKDTrainer, which slimrl does not patch (it runs "
-    "there as stock TRL); the nearest algorithm slimrl patches is 'sft'",
 }
 
 

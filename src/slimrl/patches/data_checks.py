@@ -30,6 +30,9 @@ DATASET_FORMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "orpo": PREFERENCE,
     "cpo": PREFERENCE,
     "ppo": (("prompt",), ("input_ids",)),  # slimrl's own PPOTrainer (slimrl.ppo.rollout.prompt_token_ids)
+    "gkd": (("messages",), ("input_ids",)),  # TRL's DataCollatorForChatML
+    "gold": (("messages",), ("input_ids",)),
+    "distillation": (("prompt",),),
 }
 
 

@@ -44,7 +44,7 @@ from ..memory import gib, measure_step
 from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..notices import notice
 from ..ops.chunking import set_num_chunks, validate_num_chunks
-from ..state import AUTO_CHUNKS, config_state, model_state, user_set
+from ..state import AUTO_CHUNKS, config_state, model_state, trainer_state, user_set
 from ..training import budget, oom
 from . import distributed, precision
 from .compat import ARGUMENT_ALIASES, adapt_config_kwargs, move_trainer_kwargs, take_alias
@@ -255,16 +255,23 @@ def trainer_init_maker(family: Family):
 
         @functools.wraps(original)
         def __init__(self, *args, **kwargs):
+            state = trainer_state(self)
+            if state.setting_up:  # a patched subclass's __init__ set this call up already
+                return original(self, *args, **kwargs)
             for old, new in ARGUMENT_ALIASES:
                 if old not in signature.parameters:
                     take_alias(kwargs, old, new, type(self).__name__)
             move_trainer_kwargs(signature, args, kwargs, type(self).__name__, family)
             bound = _bind(signature, self, args, kwargs)
-            with _prepared(_setup_call(bound), family):
-                if bound is None:
-                    original(self, *args, **kwargs)
-                else:  # the arguments as slimrl adapted them
-                    original(*bound.args, **bound.kwargs)
+            state.setting_up = True
+            try:
+                with _prepared(_setup_call(bound), family):
+                    if bound is None:
+                        original(self, *args, **kwargs)
+                    else:  # the arguments as slimrl adapted them
+                        original(*bound.args, **bound.kwargs)
+            finally:
+                state.setting_up = False
             _after_init(self)
 
         return __init__
@@ -283,9 +290,16 @@ def record_metric(trainer, name: str, value: float) -> None:
 def make_training_step(original):
     @functools.wraps(original)
     def training_step(self, *args, **kwargs):
-        output, peak = measure_step(
-            lambda: oom.guarded_step(self, lambda: original(self, *args, **kwargs)), self.accelerator.device
-        )
+        state = trainer_state(self)
+        if state.in_step:  # a patched subclass's training_step measures this step
+            return original(self, *args, **kwargs)
+        state.in_step = True
+        try:
+            output, peak = measure_step(
+                lambda: oom.guarded_step(self, lambda: original(self, *args, **kwargs)), self.accelerator.device
+            )
+        finally:
+            state.in_step = False
         record_metric(self, "peak_memory_gb", round(gib(peak.after), 4))
         oom.check_budget(self, peak)
         return output
