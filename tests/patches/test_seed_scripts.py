@@ -214,14 +214,23 @@ def test_removed_fields_say_what_replaced_them(algorithm, field, says, tmp_path,
         ("xpo", "'dpo'"),
         ("prm", "'reward'"),
         ("nash_md", "'grpo'"),
-        ("online_dpo", "'grpo'"),
         ("gkd", "'sft'"),
     ],
 )
 def test_algorithms_trl_removed_name_the_nearest(name, nearest, unpatched):
-    with pytest.raises(ValueError, match=rf"{nearest}.*Supported: cpo, dpo, grpo"):
+    with pytest.raises(ValueError, match=rf"{nearest}.*Supported: a2po, cpo, dpo, gmpo, grpo"):
         PatchFastRL(name)
     assert not slimrl.is_patched()
+
+
+def test_experimental_trainers_are_not_called_removed(unpatched):
+    """TRL 1.16 still ships online DPO and GKD under trl.experimental: online DPO is patched, GKD's refusal says
+    where TRL has it instead of calling it removed."""
+    assert PatchFastRL("online_dpo") == ["online_dpo"]
+    slimrl.unpatch()
+    with pytest.raises(ValueError, match=r"trl\.experimental\.gkd") as refused:
+        PatchFastRL("gkd")
+    assert "removed" not in str(refused.value)
 
 
 def test_reward_needing_a_missing_column_fails_before_training(tiny_dir, tmp_path, unpatched):

@@ -8,7 +8,7 @@ saying what replaced it. One table per kind; the set-up (trainer_setup.py) and t
    offline trainers' `max_length` (SFTConfig renamed it in TRL 0.20).
 3. Config fields TRL removed: an error saying what replaced them (silently dropping a length limit would change
    what the user trains on).
-4. Algorithms TRL no longer ships: an error naming the nearest one slimrl supports.
+4. Algorithms TRL no longer ships (or slimrl does not patch): an error naming the nearest one slimrl supports.
 """
 
 from __future__ import annotations
@@ -41,15 +41,16 @@ OFFLINE_REMOVED = (
         "Prompt and completion are truncated together by max_length. Remove the argument and set max_length.",
     ),
 )
-# TRL removed these trainers (PRM, XPO, BCO, Nash-MD after 1.12; online DPO and GKD are experimental-only there)
+# Names PatchFastRL refuses, with the nearest algorithm it supports: trainers TRL removed (PRM, XPO, BCO, Nash-MD after
+# 1.12), and GKD, which TRL 1.16 still ships under trl.experimental.gkd but slimrl does not patch yet
 REMOVED_ALGORITHMS = {
     "prm": "TRL removed its PRM (process reward model) trainer; train a step-level scorer as a reward model "
     "(PatchFastRL('reward'))",
     "xpo": "TRL removed XPO; the nearest supported algorithm is 'dpo' (offline) or 'grpo' (online)",
     "bco": "TRL removed BCO; the nearest supported algorithm is 'kto' (unpaired desirable/undesirable data)",
     "nash_md": "TRL removed Nash-MD; the nearest supported algorithm is 'grpo' (online) or 'dpo' (offline)",
-    "online_dpo": "slimrl does not patch TRL's experimental online DPO; the nearest supported algorithm is 'grpo'",
-    "gkd": "slimrl does not patch TRL's experimental GKD (distillation); the nearest supported algorithm is 'sft'",
+    "gkd": "TRL 1.16 has GKD under trl.experimental.gkd, which slimrl does not patch yet (stock TRL runs it "
+    "unpatched); the nearest supported algorithm is 'sft'",
 }
 
 

@@ -21,7 +21,8 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
    adapted arguments. After it: the knob on the models TRL ended up with (a reference it loaded itself included) and
    the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
 4. `training_step`: the step's peak memory (CUDA max allocated, or peak RSS on CPU) as the `peak_memory_gb` metric,
-   in the trainer's own metric store (`_metrics`, or `_stored_metrics` for the older ORPO/CPO trainers); an
+   in the trainer's own metric store (`_metrics`, `_stored_metrics` for the older ORPO/CPO trainers, `stats` for the
+   experimental OnlineDPO); an
    out-of-memory error, or a peak over `slimrl_max_memory_gb`, stops training with the last completed step's
    checkpoint kept (slimrl.training.oom).
 """
@@ -252,6 +253,8 @@ def record_metric(trainer, name: str, value: float) -> None:
         metrics["train"][name].append(value)
     elif hasattr(trainer, "_stored_metrics"):  # ORPO/CPO: averaged in their `log`
         trainer._stored_metrics["train"][name].append(value)
+    elif isinstance(getattr(trainer, "stats", None), dict):  # experimental OnlineDPO: averaged when it logs
+        trainer.stats.setdefault(name, []).append(value)
 
 
 def make_training_step(original):
