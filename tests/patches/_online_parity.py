@@ -51,8 +51,8 @@ def reward_ids(completions, completion_ids, **kwargs):
 
 
 def binary_reward(completions, **kwargs):
-    """A2PO assumes a binary (verifiable) reward: 1 for an odd number of words."""
-    return [float(len(str(c).split()) % 2) for c in completions]
+    """A2PO assumes a binary (verifiable) reward: 1 when the completion's characters are odd in number."""
+    return [float(len(str(c)) % 2) for c in completions]
 
 
 def dataset(n: int = 6):
@@ -95,9 +95,11 @@ def build_trainer(algorithm: str, model, args, peft_config=None, reward=None, se
             trainer_kwargs["reward_funcs"] = reward if reward is not None else reward_ids
     else:
         trainer_kwargs["reward_funcs"] = reward if reward is not None else binary_reward
-    return trainer_cls(
+    trainer = trainer_cls(
         model=model, args=args, train_dataset=dataset(), processing_class=T.tokenizer(), **trainer_kwargs
     )
+    trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by Trainer.train otherwise
+    return trainer
 
 
 def build_sides(

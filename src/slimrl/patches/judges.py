@@ -74,6 +74,8 @@ class PairwiseJudgeReward:
 
 def take_judge(kwargs: dict, owner: str) -> None:
     """`reward_model=` as `reward_funcs=`; `judge=` as `reward_funcs=PairwiseJudgeReward(judge)`, with notices."""
+    if "reward_funcs" in kwargs and kwargs["reward_funcs"] is None:  # TRL's default, written out: not a choice
+        del kwargs["reward_funcs"]
     take_alias(kwargs, "reward_model", "reward_funcs", owner)
     if "judge" not in kwargs:
         return
