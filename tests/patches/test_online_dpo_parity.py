@@ -110,6 +110,8 @@ def test_patched_step_never_builds_full_logits(tmp_path, unpatched):
             torch.manual_seed(1)
             trainer.training_step(trainer.model, O.batch_of(ALGO, trainer), None)
             hook.remove()
+        # slimrl's head was installed for each call only: the model keeps its own forward
+        assert "forward" not in trainer.model.get_base_model().__dict__
         return max(widths)
 
     assert widest_head_output("patched") == 1

@@ -7,8 +7,8 @@ Patched:
    the sums are the same).
 2. Set-up (trainer_setup.py): `slimrl_num_chunks`, `slimrl_reward_errors` (each reward function wrapped as GRPO's,
    rewards.py), precision, checkpointing, the `peak_memory_gb` metric; checks before Stage 1: a `prompt` column,
-   `max_prompt_length + max_completion_length` against the model's `max_seq_length` (without `max_prompt_length`:
-   the dataset's longest prompt), the learning rate and sampling temperature.
+   the dataset's longest prompt (cut to `max_prompt_length`) plus `max_completion_length` against the model's
+   `max_seq_length`, the learning rate and sampling temperature.
 Refused (an error naming the option): a model loaded with `fast_inference=True` (A2POTrainer generates with
 transformers; the attached vLLM engine would hold its memory unused).
 TRL's own: Stage 1 (V* from reference samples, the all-incorrect filter), Stage 2 generation, rewards, the
@@ -48,15 +48,11 @@ def check_lengths(call: SetupCall) -> None:
         )
     max_seq = getattr(model, "max_seq_length", None)
     prompt, completion = args.max_prompt_length, args.max_completion_length
-    if max_seq and prompt and completion and prompt + completion > max_seq:
-        raise ValueError(
-            f"max_prompt_length ({prompt}) + max_completion_length ({completion}) exceed the model's max_seq_length "
-            f"({max_seq}). Lower one of them, or load the model with max_seq_length >= {prompt + completion}."
-        )
-    if not prompt:  # no truncation: the dataset's longest prompt must fit
-        validation.check_max_seq_length(
-            model, args, call.arguments.get("train_dataset"), call.arguments.get("processing_class")
-        )
+    if max_seq and prompt and completion and prompt + completion <= max_seq:
+        return  # A2PO truncates prompts to max_prompt_length: every row fits
+    validation.check_max_seq_length(
+        model, args, call.arguments.get("train_dataset"), call.arguments.get("processing_class")
+    )
 
 
 A2PO = Family(
