@@ -46,10 +46,7 @@ def check_lengths(call: SetupCall) -> None:
             "A2POTrainer: the model was loaded with fast_inference=True, but its vLLM engine only serves GRPO/RLOO "
             "rollouts; A2POTrainer generates with transformers. Load the model with fast_inference=False."
         )
-    max_seq = getattr(model, "max_seq_length", None)
-    prompt, completion = args.max_prompt_length, args.max_completion_length
-    if max_seq and prompt and completion and prompt + completion <= max_seq:
-        return  # A2PO truncates prompts to max_prompt_length: every row fits
+    # A2PO cuts prompts to max_prompt_length, as check_max_seq_length counts them
     validation.check_max_seq_length(
         model, args, call.arguments.get("train_dataset"), call.arguments.get("processing_class")
     )
