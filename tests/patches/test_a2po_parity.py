@@ -17,6 +17,7 @@ import _tiny as T
 
 ALGO = "a2po"
 
+DEFAULT_TIER = "full-chunks3"  # the case the default tier runs; the others are slow tier
 CASES = {
     "full-chunks3": (lambda: T.tiny_model(0), 3, {}),
     "peftmodel-ga2-auto": (T.peft_model, -1, dict(gradient_accumulation_steps=2, per_device_train_batch_size=2)),
@@ -28,7 +29,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=() if c == DEFAULT_TIER else pytest.mark.slow) for c in CASES])
 def test_a2po_matches_stock(case, tmp_path, unpatched):
     factory, chunks, config = CASES[case]
     trainers = O.build_sides(ALGO, factory, config, str(tmp_path), num_chunks=chunks)
@@ -40,6 +41,7 @@ def test_a2po_matches_stock(case, tmp_path, unpatched):
     assert "peak_memory_gb" in traces.patched.metrics
 
 
+@pytest.mark.slow
 def test_logprobs_off_by_a_thousandth_fail(tmp_path, unpatched):
     trainers = O.build_sides(ALGO, lambda: T.tiny_model(0), {}, str(tmp_path), num_chunks=3)
     logps = trainers.patched._get_sequence_logps

@@ -17,6 +17,7 @@ import _tiny as T
 
 ALGO = "gmpo"
 
+DEFAULT_TIER = "lora-kl-iters2-chunks3"  # the case the default tier runs; the others are slow tier
 CASES = {
     "lora-kl-iters2-chunks3": (
         True,
@@ -40,7 +41,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=() if c == DEFAULT_TIER else pytest.mark.slow) for c in CASES])
 def test_gmpo_matches_stock(case, tmp_path, unpatched):
     lora, chunks, config = CASES[case]
     trainers = R.build_sides(

@@ -40,6 +40,7 @@ def _reward_model_kwargs(side):
     return {"reward": reward_model, "reward_processing_classes": T.tokenizer()}
 
 
+DEFAULT_TIER = "lora-sigmoid-chunks3"  # the case the default tier runs; the others are slow tier
 CASES = {
     "lora-sigmoid-chunks3": (True, 3, dict(beta=0.1), None),
     "full-ipo-truncated-eospenalty-chunks1": (
@@ -67,7 +68,7 @@ def _run(tmp_path, lora, chunks, config, trainer_kwargs):
     return trainers, O.run_sides(ALGO, trainers)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=() if c == DEFAULT_TIER else pytest.mark.slow) for c in CASES])
 def test_online_dpo_matches_stock(case, tmp_path, unpatched):
     lora, chunks, config, trainer_kwargs = CASES[case]
     trainers, traces = _run(tmp_path, lora, chunks, config, trainer_kwargs)
@@ -118,6 +119,7 @@ def test_patched_step_never_builds_full_logits(tmp_path, unpatched):
     assert widest_head_output("stock") > 8
 
 
+@pytest.mark.slow
 def test_end_to_end_train_matches_stock(tmp_path, unpatched):
     """`trainer.train()` for 2 steps (TRL's loop, optimizer and logging): the same logged loss and metrics, and
     `peak_memory_gb` logged by the patched trainer only."""

@@ -36,7 +36,6 @@ STEP_PARAMS = ("self", "model", "inputs", "num_items_in_batch")
 def check_config(args) -> None:
     check_policy(args.slimrl_reward_errors)
     validation.check_learning_rate(args.learning_rate)
-    validation.check_temperature(args.temperature)
 
 
 def check_lengths(call: SetupCall) -> None:
@@ -85,5 +84,6 @@ PATCHES = [
         make_sequence_logps,
         "completion log-probs through slimrl's head; no [B, T, V] logits",
     ),
-    *setup_patches(A2PO, TRAINER, CONFIG, TRAINER_PARAMS, step_params=STEP_PARAMS),
+    # A2POTrainer.train(self, *args, **kwargs): Stage 1, then transformers' train(*args, **kwargs)
+    *setup_patches(A2PO, TRAINER, CONFIG, TRAINER_PARAMS, step_params=STEP_PARAMS, train_params=("self",)),
 ]

@@ -58,7 +58,6 @@ FORWARD_PARAMS = ("self", "model", "prompt_ids", "prompt_mask", "completion_ids"
 def check_config(args) -> None:
     check_policy(args.slimrl_reward_errors)
     validation.check_learning_rate(args.learning_rate)
-    validation.check_temperature(args.temperature)
 
 
 def wrap_rewards(call: SetupCall) -> None:

@@ -325,6 +325,7 @@ def setup_patches(
     config_path: str,
     trainer_params: tuple[str, ...],
     step_params: tuple[str, ...] = ("self",),
+    train_params: tuple[str, ...] = ("self", "resume_from_checkpoint"),
 ) -> list[Patch]:
     """The set-up patches of one trainer: slimrl's config defaults, config `__init__` and `__post_init__`, trainer
     `__init__`, `training_step` (trainer_params / step_params: the leading parameters TRL's methods must have), and
@@ -348,5 +349,5 @@ def setup_patches(
             "model checks, chunking, checkpointing mode",
         ),
         Patch(trainer_path, "training_step", step_params, make_training_step, "peak memory metric, out-of-memory stop"),
-        resume_check_patch(trainer_path),
+        resume_check_patch(trainer_path, train_params),
     ]
