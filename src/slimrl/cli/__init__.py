@@ -27,6 +27,8 @@ COMMANDS = {
     "with GKD on the arithmetic task.",
     "ppo": "Train with PPO (a learned critic; every PPOConfig field is a flag; bare `slimrl ppo` trains the embedded "
     "SmolLM2-135M on the arithmetic task, its correctness reward as the score).",
+    "online-dpo": "Train with online DPO: two completions per prompt, the better by reward (or --judge) chosen (TRL's "
+    "experimental OnlineDPOTrainer on slimrl's head; bare: the arithmetic task's rewards).",
     "generate": "Answer prompt(s) with a trained adapter and with the base model (adapter disabled).",
     "chat": "Interactive `generate`: one prompt per line, empty line or EOF to quit.",
     "export": "Merge an adapter into its base (--format merged) or write a GGUF (--format gguf); --push_to_hub REPO.",
@@ -66,7 +68,7 @@ def _small_parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-TRAINING_COMMANDS = ("grpo", "ppo", "dpo", "orpo", "kto", "gkd")
+TRAINING_COMMANDS = ("grpo", "ppo", "dpo", "orpo", "kto", "gkd", "online-dpo")
 
 
 def run() -> int:
@@ -135,6 +137,13 @@ def _dispatch(command: str, rest: list[str]) -> int:
 
         apply_gkd_patches()
         run_gkd(*parse_gkd_args(rest))
+        return 0
+    if command == "online-dpo":
+        from slimrl.cli.online_dpo import apply_patches as apply_online_dpo_patches
+        from slimrl.cli.online_dpo import parse_args, run_online_dpo
+
+        apply_online_dpo_patches()
+        run_online_dpo(*parse_args(rest))
         return 0
     if command == "plan":
         from slimrl.cli.plan import run_plan

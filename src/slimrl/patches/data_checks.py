@@ -33,6 +33,8 @@ DATASET_FORMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "gkd": (("messages",), ("input_ids",)),  # TRL's DataCollatorForChatML
     "gold": (("messages",), ("input_ids",)),
     "distillation": (("prompt",),),
+    "online_dpo": (("prompt",),),  # experimental OnlineDPOTrainer and A2POTrainer: prompts only, rollouts on-line
+    "a2po": (("prompt",),),
 }
 
 

@@ -24,7 +24,8 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
    included) and the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
 4. `training_step`: the memory high-water mark at the step's end (CUDA max allocated, or VmHWM on CPU; read, never
    reset: slimrl.memory) as the `peak_memory_gb` metric, in the trainer's own metric store (`_metrics`, or
-   `_stored_metrics` for the older ORPO/CPO trainers); an out-of-memory error, or a step that raises the mark over
+   `_stored_metrics` for the older ORPO/CPO trainers, `stats` for the
+   experimental OnlineDPO); an out-of-memory error, or a step that raises the mark over
    `slimrl_max_memory_gb`, stops training with the last completed step's checkpoint kept (slimrl.training.oom).
 5. `train(resume_from_checkpoint=...)`: the checkpoint checked whole first (resume_checks.py).
 """
@@ -285,6 +286,8 @@ def record_metric(trainer, name: str, value: float) -> None:
         metrics["train"][name].append(value)
     elif hasattr(trainer, "_stored_metrics"):  # ORPO/CPO: averaged in their `log`
         trainer._stored_metrics["train"][name].append(value)
+    elif isinstance(getattr(trainer, "stats", None), dict):  # experimental OnlineDPO: averaged when it logs
+        trainer.stats.setdefault(name, []).append(value)
 
 
 def make_training_step(original):
@@ -336,6 +339,7 @@ def setup_patches(
     config_path: str,
     trainer_params: tuple[str, ...],
     step_params: tuple[str, ...] = ("self",),
+    train_params: tuple[str, ...] = ("self", "resume_from_checkpoint"),
 ) -> list[Patch]:
     """The set-up patches of one trainer: slimrl's config defaults, config `__init__` and `__post_init__`, trainer
     `__init__`, `training_step` (trainer_params / step_params: the leading parameters TRL's methods must have), and
@@ -359,5 +363,5 @@ def setup_patches(
             "model checks, chunking, checkpointing mode",
         ),
         Patch(trainer_path, "training_step", step_params, make_training_step, "peak memory metric, out-of-memory stop"),
-        resume_check_patch(trainer_path),
+        resume_check_patch(trainer_path, train_params),
     ]
