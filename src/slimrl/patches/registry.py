@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cpo, dpo, grpo, kto, orpo, ppo, reward, rloo, sft
+from . import async_grpo, cpo, dpo, grpo, kto, orpo, ppo, reward, rloo, sft
 from .compat import REMOVED_ALGORITHMS
 from .seams import MISSING, Patch, PatchError, check_seam, check_trl_version, own_attr, trl_version, unwrap_descriptor
 
@@ -42,6 +42,7 @@ ALGORITHMS: dict[str, list[Patch]] = {
     "orpo": orpo.PATCHES,
     "cpo": cpo.PATCHES,
     "ppo": ppo.PATCHES,
+    "async_grpo": async_grpo.PATCHES,
 }
 
 
