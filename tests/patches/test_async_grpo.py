@@ -65,7 +65,7 @@ def _config(tmp_path, **overrides):
     return AsyncGRPOConfig(**kw)
 
 
-def _trainer(model_path, args, worker):
+def _trainer(model_path, args, worker, peft_config=None):
     from datasets import Dataset
     from trl.experimental.async_grpo import AsyncGRPOTrainer
 
@@ -76,6 +76,7 @@ def _trainer(model_path, args, worker):
         processing_class=T.tokenizer(),
         rollout_worker=worker,
         weight_transfer=A.LocalWeightTransfer(worker),
+        peft_config=peft_config,
     )
 
 
@@ -99,6 +100,28 @@ def test_trains_on_cpu_with_rollouts_while_training(tmp_path, saved_model, unpat
     staleness = _logged(trainer, "sample/staleness_max")
     assert staleness and max(staleness) <= 1, staleness
     assert max(worker.versions_produced) >= 2, "the worker never sampled from an updated policy"
+
+
+@pytest.mark.slow
+def test_lora_trains_and_hands_over_the_merged_policy(tmp_path, saved_model, unpatched, attention_calls):
+    """A LoRA policy: TRL folds the adapter into the base weights for each sync; the worker samples from them."""
+    PatchFastRL("async_grpo")
+    worker = A.LocalRolloutWorker(saved_model, T.PROMPTS, num_generations=2, max_new_tokens=8)
+    trainer = _trainer(saved_model, _config(tmp_path), worker, peft_config=T.lora_config())
+    trainer.train()
+    assert len(_logged(trainer, "loss")) == 3 and attention_calls
+    model = trainer.model
+    model.merge_adapter()
+    try:
+        merged = {
+            n.removeprefix("base_model.model.").replace(".base_layer", ""): p for n, p in model.named_parameters()
+        }
+        assert all(torch.allclose(p, merged[n]) for n, p in worker.model.named_parameters())
+    finally:
+        model.unmerge_adapter()
+    assert any(
+        not torch.equal(p, q) for p, q in zip(worker.model.parameters(), T.load_tiny(saved_model).parameters())
+    ), "the adapter never reached the worker"
 
 
 def test_stale_samples_are_dropped_and_counted(tmp_path, saved_model, unpatched):

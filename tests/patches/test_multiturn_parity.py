@@ -12,6 +12,7 @@ multi-turn world of _multiturn.py, where the model calls tools on its own. What 
 - environment_factory: a guessing game whose method is the tool and whose `get_reward` is a reward source, full
   fine-tuning with gradient accumulation;
 - rollout_func: a two-turn text protocol whose game reply is marked 0 in `env_mask`, with its sampling log-probs.
+The environment case and the negative control are in the slow tier.
 """
 
 import os
@@ -66,6 +67,7 @@ def test_tools_lora_reference_old_logprobs(tmp_path, unpatched):
     assert all("old_per_token_logps" in x and "ref_per_token_logps" in x for x in traces.stock.inputs)
 
 
+@pytest.mark.slow  # the default tier trains an environment (test_multiturn_training.py)
 def test_environment_factory_full_finetuning_accumulation(tmp_path, unpatched):
     config = dict(
         beta=0.0,
@@ -91,6 +93,7 @@ def test_rollout_func_env_mask(tmp_path, unpatched):
         assert torch.all(x["sampling_per_token_logps"] <= 0)
 
 
+@pytest.mark.slow
 def test_negative_control_tool_tokens_in_the_loss(tmp_path, unpatched, monkeypatch):
     """The same tools case with the tool mask dropped on the patched side only (tool results trained on): fails."""
     from trl.trainer import grpo_trainer
