@@ -8,6 +8,7 @@ log-probs through slimrl's lean head. Rollouts come from TRL's own plug-in proto
 - training: losses finite, weights moved, the tree attention ran, the worker's policy equals the trained one after
   the last sync, and the staleness TRL reports stays within `max_staleness`;
 - staleness: samples older than `max_staleness` are dropped and counted (`sample/dropped_stale_total`);
+- a model with attention logit softcapping is refused off CUDA, naming the option, before it is loaded;
 - parity: the loss and gradients of one packed micro-batch, patched vs stock TRL's head (both through slimrl's tree
   attention, as FlashAttention-3 cannot run here, and without MFU metrics, which need CUDA) by the parity rule
   against the float64 stock side.
@@ -183,6 +184,17 @@ def test_micro_batch_parity_with_stock_head(tmp_path, saved_model, unpatched, mo
     assert sides["reference"][1].abs().max() > 0, "a batch with no gradient compares nothing"
     for index, what in enumerate(("loss", "gradients")):
         P.check(f"async_grpo {what}", *(sides[side][index] for side in ("patched", "stock", "reference")))
+
+
+def test_softcapping_model_refused_before_loading(tmp_path, unpatched):
+    from transformers import AutoConfig
+
+    path = str(tmp_path / "gemma2")
+    AutoConfig.for_model("gemma2", attn_logit_softcapping=50.0).save_pretrained(path)  # a config, no weights
+    PatchFastRL("async_grpo")
+    worker = A.LocalRolloutWorker.__new__(A.LocalRolloutWorker)  # never used: the check comes first
+    with pytest.raises(NotImplementedError, match="attn_logit_softcapping=50.0"):
+        _trainer(path, _config(tmp_path), worker)
 
 
 def test_unpatched_registers_trls_kernel_again(unpatched):

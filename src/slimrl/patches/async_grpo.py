@@ -13,7 +13,9 @@ Patched:
 TRL's own: the rollout worker, packing, the loss, weight sync (NCCL into the server, or the LoRA adapter handed over
 through a server started with `--enable-lora`), the staleness bound `max_staleness` (a sample whose policy version is
 older is dropped; `sample/staleness_mean|max` and `sample/dropped_stale_total` are logged).
-Refused, naming the option: `softcap` models off CUDA (slimrl's tree attention has no logit softcapping).
+4. `AsyncGRPOTrainer.__init__`: off CUDA, a model whose config asks for attention logit softcapping
+   (`attn_logit_softcapping`, Gemma 2) is refused before it is loaded, naming the option: slimrl's tree attention has
+   no softcapping (the attention function refuses it too).
 """
 
 from __future__ import annotations
@@ -50,6 +52,32 @@ def make_peak_flops(original):
     return get_peak_flops_per_device
 
 
+def check_softcap(model, args) -> None:
+    """Refuse, off CUDA, a model path whose config asks for attention logit softcapping."""
+    import torch
+    from transformers import AutoConfig
+
+    if not isinstance(model, str) or (torch.cuda.is_available() and not (args is not None and args.use_cpu)):
+        return
+    trust_remote_code = bool(args is not None and args.trust_remote_code)
+    config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code).get_text_config()
+    softcap = getattr(config, "attn_logit_softcapping", None)
+    if softcap:
+        raise NotImplementedError(
+            f"AsyncGRPOTrainer off CUDA: {type(config).__name__}.attn_logit_softcapping={softcap} is not supported by "
+            "slimrl's tree attention (TRL's FlashAttention-3 kernel supports it on CUDA)."
+        )
+
+
+def make_init(original):
+    @functools.wraps(original)
+    def __init__(self, model, reward_funcs=None, args=None, *rest, **kwargs):
+        check_softcap(model, args)
+        original(self, model, reward_funcs, args, *rest, **kwargs)
+
+    return __init__
+
+
 PATCHES = [
     fused_head_patch(TRAINER_MODULE),
     Patch(
@@ -66,5 +94,12 @@ PATCHES = [
         ("accelerator", "dtype"),
         make_peak_flops,
         "off CUDA, no peak FLOPs (MFU metrics off) instead of asking CUDA for the device's name",
+    ),
+    Patch(
+        f"{TRAINER_MODULE}.AsyncGRPOTrainer",
+        "__init__",
+        ("self", "model", "reward_funcs", "args"),
+        make_init,
+        "off CUDA, a model with attention logit softcapping refused before it is loaded",
     ),
 ]
