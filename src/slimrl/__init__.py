@@ -1,10 +1,11 @@
 """slimrl: memory-lean RL fine-tuning on top of Hugging Face TRL's own trainers.
 
-    from slimrl import FastLanguageModel, PatchFastRL
-    PatchFastRL("grpo", FastLanguageModel)
+    from slimrl import FastLanguageModel
+    from trl import GRPOConfig, GRPOTrainer   # patched: slimrl's paths
 
-Importing slimrl does not import TRL: PatchFastRL imports it when it patches, so the order in which a script imports
-`trl` and `slimrl` does not matter.
+`from slimrl import FastLanguageModel` patches TRL's trainers as they are imported, before or after it, as Unsloth
+does (slimrl.patches.on_import.patch_on_import; `SLIMRL_NO_AUTO_PATCH=1` turns it off, `PatchFastRL("grpo")` then
+patches explicitly). Importing slimrl itself imports neither TRL nor vLLM.
 """
 
 from __future__ import annotations
@@ -41,11 +42,14 @@ _checked = False
 
 
 def _check_versions_once() -> None:
+    """At the API's first use: the library versions, then bitsandbytes imported without its start-up line."""
     global _checked
     if not _checked:
+        from .noise import import_bitsandbytes_quietly
         from .versions import check
 
         check()  # raises ImportError naming any library outside slimrl's supported ranges (slimrl/versions.py)
+        import_bitsandbytes_quietly()  # before peft imports it (slimrl/noise.py)
         _checked = True
 
 
@@ -60,6 +64,10 @@ def __getattr__(name):
         *_UNSLOTH_SHORTCUTS,
     ):
         _check_versions_once()
+    if name in ("FastLanguageModel", *_UNSLOTH_MODEL_NAMES):
+        from .patches.on_import import patch_on_import
+
+        patch_on_import()  # as Unsloth's import does: TRL's trainers patched as the script imports them
     if name == "FastLanguageModel":
         from .models.fast_language_model import FastLanguageModel
 
