@@ -21,6 +21,7 @@ older is dropped; `sample/staleness_mean|max` and `sample/dropped_stale_total` a
 from __future__ import annotations
 
 import functools
+import sys
 
 from .seams import Patch
 from .trainer_setup import fused_head_patch
@@ -30,18 +31,13 @@ PACKING_MODULE = "trl.experimental.async_grpo.packing"
 TREE_ATTENTION_PARAMS = ("module", "query", "key", "value", "attention_mask")
 
 
-def _is_patched() -> bool:
-    from .registry import is_patched
-
-    return is_patched("async_grpo")
-
-
 def make_tree_attention(original):
     @functools.wraps(original)
     def tree_attention(module, query, key, value, attention_mask, **kwargs):
         # A trainer built while patched registered this function in transformers' attention registry, which
-        # unpatch() does not own: once unpatched, it is TRL's function again.
-        if query.is_cuda or not _is_patched():
+        # unpatch() does not own: once the module's seam is TRL's again, so is this function.
+        still_patched = getattr(sys.modules.get(PACKING_MODULE), "tree_attention", None) is tree_attention
+        if query.is_cuda or not still_patched:
             return original(module, query, key, value, attention_mask, **kwargs)
         from ..ops.tree_attention import tree_attention as sdpa_tree_attention
 
