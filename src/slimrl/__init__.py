@@ -69,7 +69,7 @@ def __getattr__(name):
 
         patch_on_import()  # as Unsloth's import does: TRL's trainers patched as the script imports them
     if name == "FastLanguageModel":
-        from .models.fast_language_model import FastLanguageModel
+        from .fast_language_model import FastLanguageModel
 
         return FastLanguageModel
     if name in ("PPOConfig", "PPOTrainer"):  # slimrl's own PPO (TRL 1.16 has none); imports TRL only when used
@@ -81,7 +81,7 @@ def __getattr__(name):
 
         return getattr(registry, name)
     if name in _UNSLOTH_MODEL_NAMES:
-        from .models import fast_model
+        from . import fast_model
 
         return getattr(fast_model, name)
     if name in _UNSLOTH_SHORTCUTS:

@@ -22,7 +22,7 @@ logger = logging.getLogger("slimrl")
 
 def apply_patches() -> None:
     # No fallback to stock TRL: a patch that cannot apply raises (PatchError names the seam and the TRL version)
-    from slimrl.models.fast_language_model import FastLanguageModel
+    from slimrl.fast_language_model import FastLanguageModel
     from slimrl.patches.registry import PatchFastRL
 
     PatchFastRL("grpo", FastLanguageModel)

@@ -28,7 +28,7 @@ def trainer_class(algorithm: str):
 
 
 def apply_patches(algorithm: str) -> None:
-    from slimrl.models.fast_language_model import FastLanguageModel
+    from slimrl.fast_language_model import FastLanguageModel
     from slimrl.patches.registry import PatchFastRL
 
     PatchFastRL(algorithm, FastLanguageModel)

@@ -88,12 +88,12 @@ ONLINE = Family(
 def make_generate_single_turn(original):
     @functools.wraps(original)
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
-        from ..models.fast_language_model import FastLanguageModel
+        from ..models import modes
 
         model = self.accelerator.unwrap_model(self.model)
         validation.check_rollout_lengths(model, prompt_ids, self.max_completion_length)
         was_training = model.training
-        FastLanguageModel.for_inference(model)
+        modes.for_inference(model)
         if was_training:
             # Stock TRL samples in train mode: with dropout active, eval-mode rollouts would change the samples
             # (and the RNG stream after them). Cache on and checkpointing off change no numbers, so they stay.
@@ -102,7 +102,7 @@ def make_generate_single_turn(original):
             return original(self, prompt_ids, *args, **kwargs)
         finally:
             if was_training:
-                FastLanguageModel.for_training(model)
+                modes.for_training(model)
 
     return _generate_single_turn
 

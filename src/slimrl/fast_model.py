@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 
-from . import adapters, embedded, layer_selection, lora
+from .export import attach_export_methods
 from .fast_language_model import FastLanguageModel
-from .loading import _TOKENIZER_KWARGS  # the from_pretrained keywords that also concern config files
+from .models import adapters, embedded, layer_selection, lora
+from .models.loading import _TOKENIZER_KWARGS  # the from_pretrained keywords that also concern config files
 
 
 def multimodal_part(config) -> str | None:
@@ -96,7 +97,7 @@ class FastModel(FastLanguageModel):
                 mlp=finetune_mlp_modules,
                 audio=finetune_audio_layers,
             )
-        return lora.get_peft_model(
+        peft_model = lora.get_peft_model(
             model,
             r=r,
             target_modules=target_modules,
@@ -107,6 +108,7 @@ class FastModel(FastLanguageModel):
             random_state=random_state,
             **peft_kwargs,
         )
+        return attach_export_methods(peft_model)
 
 
 class FastVisionModel(FastModel):
