@@ -39,10 +39,9 @@ import torch
 
 from ..state import model_state, peft_owner
 from . import launch, weights
+from .sync_modes import normalize_sync_mode
 
 logger = logging.getLogger("slimrl")
-
-WEIGHT_SYNC_MODES = ("auto", "merged", "lora")
 
 
 def vllm_pip_package() -> str:
@@ -91,8 +90,7 @@ def check_engine_support(model, dtype: torch.dtype) -> None:
 
 
 def resolve_weight_sync(mode: str, device_type: str) -> str:
-    if mode not in WEIGHT_SYNC_MODES:
-        raise ValueError(f"vllm_weight_sync must be one of {WEIGHT_SYNC_MODES}, got {mode!r}")
+    mode = normalize_sync_mode(mode, "vllm_weight_sync")
     if mode == "auto":
         return "lora" if device_type == "cuda" else "merged"
     return mode

@@ -18,7 +18,7 @@ Patched (beyond the shared set-up of trainer_setup.py):
    checkpointing off, left padding; the training flag stays as TRL has it, so dropout sampling matches stock), and
    the max_seq_length check on the actual prompts.
 5. `VLLMGeneration`: rollouts on the model's own vLLM engine when FastLanguageModel.from_pretrained
-   (fast_inference=True) attached one; in server mode with `vllm_server_sync` "adapter" (or "auto" off CUDA), TRL's
+   (fast_inference=True) attached one; in server mode with `vllm_server_sync` "lora" (or "auto" off CUDA), TRL's
    server client with the LoRA adapter handed over through the server's LoRA endpoints (vllm_server.py); TRL's class
    otherwise (vllm_rollouts.py).
 6. `_get_per_token_logps_and_entropies` (policy, old-policy and reference forwards): run inside the shared-prefix
