@@ -121,12 +121,9 @@ def write_run_outputs(
 
 
 def run_grpo(task_args, model_args, training_args) -> dict:
-    from transformers.trainer_callback import ProgressCallback
     from trl import GRPOTrainer
 
-    from slimrl.cli.callbacks import JsonlMetricsCallback, ProgressBarCallback
-    from slimrl.cli.modeling import add_lora, load_base
-    from slimrl.cli.run_control import train
+    from slimrl.cli.training_run import RunSpec, run_training
 
     wall0 = time.perf_counter()
     task = build_task(task_args, training_args.seed)
@@ -137,48 +134,23 @@ def run_grpo(task_args, model_args, training_args) -> dict:
         f"[slimrl] task {task.name}: {len(task.train_dataset)} train / {n_eval} eval prompts; output_dir {out}",
         flush=True,
     )
-
-    model, tokenizer = load_base(
-        model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype, model_args.load_in_4bit, model_args
-    )
-    model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
-    before = evaluate_task(model, tokenizer, task, task_args, training_args.max_completion_length, "before")
-
     eval_on = getattr(training_args.eval_strategy, "value", training_args.eval_strategy) != "no"
-    eval_dataset = task.eval_dataset if eval_on else None
-    metrics_path = os.path.join(out, "metrics.jsonl")
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=task.reward_funcs,
-        args=training_args,
-        train_dataset=task.train_dataset,
-        eval_dataset=eval_dataset,
-        processing_class=tokenizer,
-        callbacks=[JsonlMetricsCallback(metrics_path)],
-    )
-    callbacks = trainer.callback_handler.callbacks
-    if not training_args.disable_tqdm and any(isinstance(c, ProgressCallback) for c in callbacks):
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(ProgressBarCallback(f"GRPO {task.name}"))
-    train_t0 = time.perf_counter()
-    train(trainer, training_args, task_args)  # --resume, Ctrl-C/SIGTERM checkpoint and exit, out-of-memory stop
-    train_seconds = time.perf_counter() - train_t0
-    trainer.save_model(out)
 
-    after = evaluate_task(trainer.model, tokenizer, task, task_args, training_args.max_completion_length, "after")
-    run_info = {
-        "model_name_or_path": model_args.model_name_or_path,
-        "dtype": model_args.dtype,
-        "task": task.name if not task_args.dataset_name else None,
-        "task_info": task.info,
-        "max_completion_length": training_args.max_completion_length,
-        "seed": training_args.seed,
-    }
-    engine = getattr(model, "vllm_engine", None)
-    if engine is not None:
-        engine.close()  # before trainer.end() destroys the process group vLLM set up
-    if hasattr(trainer, "end"):
-        trainer.end()
-    return write_run_outputs(
-        out, run_info, before, after, train_seconds, wall0, training_args.max_steps, task_args.plot
+    def make_trainer(model, tokenizer, callbacks):
+        return GRPOTrainer(
+            model=model,
+            reward_funcs=task.reward_funcs,
+            args=training_args,
+            train_dataset=task.train_dataset,
+            eval_dataset=task.eval_dataset if eval_on else None,
+            processing_class=tokenizer,
+            callbacks=callbacks,
+        )
+
+    spec = RunSpec(
+        make_trainer,
+        f"GRPO {task.name}",
+        training_args.max_completion_length,
+        {"max_completion_length": training_args.max_completion_length},
     )
+    return run_training(task, spec, task_args, model_args, training_args, wall0)
