@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import os
 
-from .export import attach_export_methods
 from .fast_language_model import FastLanguageModel
-from .models import adapters, embedded, layer_selection, lora
+from .models import adapters, embedded, layer_selection
 from .models.loading import _TOKENIZER_KWARGS  # the from_pretrained keywords that also concern config files
 
 
@@ -97,18 +96,17 @@ class FastModel(FastLanguageModel):
                 mlp=finetune_mlp_modules,
                 audio=finetune_audio_layers,
             )
-        peft_model = lora.get_peft_model(
+        return FastLanguageModel.get_peft_model(  # the same call, positionally: one list of LoRA arguments
             model,
-            r=r,
-            target_modules=target_modules,
-            lora_alpha=lora_alpha,
-            lora_dropout=lora_dropout,
-            bias=bias,
-            use_gradient_checkpointing=use_gradient_checkpointing,
-            random_state=random_state,
+            r,
+            target_modules,
+            lora_alpha,
+            lora_dropout,
+            bias,
+            use_gradient_checkpointing,
+            random_state,
             **peft_kwargs,
         )
-        return attach_export_methods(peft_model)
 
 
 class FastVisionModel(FastModel):

@@ -2,7 +2,7 @@
 
     model + LoRA → greedy eval before → trainer (metrics.jsonl, progress bar) → train (run_control.train: --resume,
     Ctrl-C/SIGTERM, out-of-memory stop) → adapter saved → eval after → vLLM engine closed, trainer ended →
-    slimrl_run.json, eval.json, training_curves.png (cli/grpo.py:write_run_outputs)
+    slimrl_run.json, eval.json, training_curves.png (write_run_outputs)
 
 Each command supplies what differs, as a `RunSpec`: how its trainer is built, the progress bar, the evaluation's
 completion length, the run record's fields and the plot panels.
@@ -10,6 +10,7 @@ completion length, the run record's fields and the plot panels.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -43,7 +44,6 @@ def _swap_progress_bar(trainer, training_args, spec: RunSpec) -> None:
 def run_training(task, spec: RunSpec, task_args, model_args, training_args, wall0: float) -> dict:
     """Train on `task` as the module docstring says; returns the summary write_run_outputs wrote."""
     from .callbacks import JsonlMetricsCallback
-    from .grpo import evaluate_task, write_run_outputs
     from .modeling import add_lora, load_base
     from .run_control import train
 
@@ -76,3 +76,66 @@ def run_training(task, spec: RunSpec, task_args, model_args, training_args, wall
     return write_run_outputs(
         out, run_info, before, after, train_seconds, wall0, training_args.max_steps, task_args.plot, spec.panels
     )
+
+
+def evaluate_task(model, tokenizer, task, task_args, max_new_tokens: int, label: str):
+    """Greedy held-out accuracy of `task` (None when the task has no eval split or accuracy reward)."""
+    from slimrl.cli.evaluate import evaluate_accuracy
+    from slimrl.cli.modeling import set_inference
+
+    if not task_args.num_eval_samples or task.eval_dataset is None or task.accuracy_reward is None:
+        return None
+    t0 = time.perf_counter()
+    set_inference(model, True)
+    try:
+        result = evaluate_accuracy(
+            model, tokenizer, task.eval_dataset, task.accuracy_reward, max_new_tokens, task_args.eval_batch_size
+        )
+    finally:
+        set_inference(model, False)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    print(
+        f"[slimrl] eval accuracy {label}: {result['accuracy']:.3f} on {result['n']} held-out prompts "
+        f"({result['seconds']} s, greedy)",
+        flush=True,
+    )
+    return result
+
+
+def write_run_outputs(
+    out: str, run_info: dict, before, after, train_seconds: float, wall0: float, max_steps: int, plot: bool, panels=None
+) -> dict:
+    """`slimrl_run.json`, `eval.json` and `training_curves.png` in `out`, the closing lines printed; the summary."""
+    with open(os.path.join(out, "slimrl_run.json"), "w") as f:
+        json.dump(run_info, f, indent=2)
+    summary = {
+        "accuracy_before": before and before["accuracy"],
+        "accuracy_after": after and after["accuracy"],
+        "eval_before": before,
+        "eval_after": after,
+        "train_seconds": round(train_seconds, 1),
+        "wall_seconds": round(time.perf_counter() - wall0, 1),
+        "max_steps": max_steps,
+    }
+    with open(os.path.join(out, "eval.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    if plot:
+        try:
+            from slimrl.plotting import grpo_panels, plot_metrics
+
+            summary["plot"] = plot_metrics(
+                os.path.join(out, "metrics.jsonl"), os.path.join(out, "training_curves.png"), panels or grpo_panels
+            )
+        except ImportError as exc:
+            print(f"[slimrl] no plot: {exc}")
+    print(
+        f"[slimrl] adapter, metrics.jsonl, eval.json{' and training_curves.png' if summary.get('plot') else ''} "
+        f"saved to {out} (train {summary['train_seconds']} s, wall {summary['wall_seconds']} s)",
+        flush=True,
+    )
+    if before and after:
+        print(f"[slimrl] accuracy before {before['accuracy']:.3f} -> after {after['accuracy']:.3f}", flush=True)
+    from slimrl.cli.export import export_hint
+
+    print(export_hint(out), flush=True)
+    return summary
