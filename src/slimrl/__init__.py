@@ -22,6 +22,7 @@ __all__ = [
     "PPOTrainer",
     "SafeInterrupt",
     "plan",
+    "describe",
     "__version__",
     # the other names Unsloth's notebooks import (docs/unsloth-names.md)
     "FastModel",
@@ -92,6 +93,10 @@ def __getattr__(name):
         from . import sandbox
 
         return getattr(sandbox, name)
+    if name == "describe":
+        from .description import describe
+
+        return describe
     if name == "SafeInterrupt":
         from .training.interrupt import SafeInterrupt
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from slimrl.cli.parsing import EVAL_PER_STEP, FULL_EVAL, FULL_EVAL_STEPS, MIN_EVAL, parsed_arguments, run_name
+from slimrl.swaps import set_field
 from slimrl.tasks.arithmetic import DEFAULTS as ARITHMETIC  # noqa: E402  (light: no torch/trl import)
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -271,7 +272,8 @@ def parse_online_args(parser, argv: list[str]):
     SlimrlArguments, config) parser: slimrl's fields set, user fields marked, `{task}` in output_dir filled."""
     task_args, model_args, training_args = parsed_arguments(parser, argv)
     if "{task}" in str(training_args.output_dir):
-        training_args.output_dir = str(training_args.output_dir).replace("{task}", run_name(task_args))
+        output_dir = str(training_args.output_dir).replace("{task}", run_name(task_args))
+        set_field(training_args, "output_dir", output_dir, "{task} filled")
     from slimrl.cli.run_control import apply_run_flags
 
     apply_run_flags(parser.prog.split()[-1], list(argv), task_args, training_args)  # "slimrl grpo" -> grpo

@@ -14,19 +14,21 @@ from __future__ import annotations
 # The before/after eval when --num_eval_samples is unset: the full one for the default 30-step run, scaled down for
 # short trial runs (two 128-prompt greedy evals take ~2 min on a 2-core CPU, more than a 3-step run trains)
 FULL_EVAL, FULL_EVAL_STEPS, EVAL_PER_STEP, MIN_EVAL = 128, 30, 4, 16
+FLAG = "the command's flag"  # what slimrl.describe says of a slimrl field the CLI set
 
 
 def apply_slimrl_arguments(training_args, slimrl_args) -> None:
     """Set slimrl's fields on the config, validated by their owners (the same checks as the config keywords)."""
     from slimrl.ops.chunking import validate_num_chunks
+    from slimrl.swaps import set_field
     from slimrl.training.budget import validate_memory_budget
 
-    training_args.slimrl_num_chunks = validate_num_chunks(slimrl_args.slimrl_num_chunks)
-    training_args.slimrl_max_memory_gb = validate_memory_budget(slimrl_args.slimrl_max_memory_gb)
+    set_field(training_args, "slimrl_num_chunks", validate_num_chunks(slimrl_args.slimrl_num_chunks), FLAG)
+    set_field(training_args, "slimrl_max_memory_gb", validate_memory_budget(slimrl_args.slimrl_max_memory_gb), FLAG)
     if hasattr(slimrl_args, "slimrl_reward_errors"):
         from slimrl.patches.rewards import check_policy
 
-        training_args.slimrl_reward_errors = check_policy(slimrl_args.slimrl_reward_errors)
+        set_field(training_args, "slimrl_reward_errors", check_policy(slimrl_args.slimrl_reward_errors), FLAG)
 
 
 def parse_with_config(parser, argv: list[str]):
@@ -92,15 +94,16 @@ def follow_model_checkpointing(model_args, training_args) -> None:
     """--use_gradient_checkpointing given, --gradient_checkpointing not: the config's flag follows the model's mode
     (the patched trainers would otherwise warn about a flag the user never set)."""
     from slimrl.state import user_set
+    from slimrl.swaps import adjust_default
 
     mode = model_args.use_gradient_checkpointing
-    if mode is None or user_set(training_args, "gradient_checkpointing"):
+    if mode is None or user_set(training_args, "activation_checkpointing"):
         return
-    if user_set(training_args, "activation_checkpointing"):
+    if user_set(training_args, "gradient_checkpointing"):
         return
-    training_args.gradient_checkpointing = bool(mode)
+    adjust_default(training_args, "gradient_checkpointing", bool(mode), "--use_gradient_checkpointing")
     if hasattr(training_args, "activation_checkpointing"):  # transformers 5's name of the same flag
-        training_args.activation_checkpointing = bool(mode)
+        adjust_default(training_args, "activation_checkpointing", bool(mode), "--use_gradient_checkpointing")
 
 
 def parsed_arguments(parser, argv: list[str]):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from slimrl.cli.args import DataArguments, ModelArguments, SlimrlArguments, set_cli_defaults
 from slimrl.cli.parsing import parsed_arguments, run_name
+from slimrl.swaps import set_field
 
 PREFERENCE_ALGORITHMS = ("dpo", "orpo", "kto")
 
@@ -85,7 +86,9 @@ def parse_preference_args(algorithm: str, argv: list[str]):
             "apply with --dataset_name"
         )
     output_dir = str(training_args.output_dir).replace("{algorithm}", algorithm)
-    training_args.output_dir = output_dir.replace("{task}", run_name(task_args))
+    set_field(
+        training_args, "output_dir", output_dir.replace("{task}", run_name(task_args)), "{algorithm}, {task} filled"
+    )
     from slimrl.cli.run_control import apply_run_flags
 
     apply_run_flags(algorithm, list(argv), task_args, training_args)

@@ -26,6 +26,7 @@ import torch
 import transformers
 from packaging.version import Version
 
+from ..swaps import swap
 from .chunking import chunk_bounds, num_chunks_of, resolve_num_chunks
 from .lean_logprob import LeanLogProbFunction
 
@@ -186,4 +187,4 @@ def add_fused_lm_head(
             aux_loss=aux_loss,
         )
 
-    model.forward = types.MethodType(_fused_forward, model)
+    swap(model, "forward", types.MethodType(_fused_forward, model), "fused LM head (slimrl.ops.logprob)")

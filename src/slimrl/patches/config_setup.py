@@ -20,6 +20,7 @@ from typing import Any
 
 from ..ops.chunking import validate_num_chunks
 from ..state import AUTO_CHUNKS, config_state
+from ..swaps import set_field
 from ..training import budget
 from . import distributed, precision
 from .compat import adapt_config_kwargs
@@ -27,6 +28,7 @@ from .config_ranges import check_ranges
 from .family import Family
 from .seams import Patch
 
+SLIMRL_FIELD = "a slimrl field"  # what slimrl.describe says of the fields the patched __init__ sets
 SHARED_CONFIG_FIELDS = ((budget.BUDGET_FIELD, None),)  # (name, default) of every patched config, beside the knob
 
 
@@ -47,9 +49,9 @@ def config_init_maker(family: Family):
         def __init__(self, *args, slimrl_num_chunks=None, unsloth_num_chunks=None, **kwargs):
             adapt_config_kwargs(type(self), kwargs, family.renamed_fields, family.removed_fields)
             extras = {name: kwargs.pop(name, default) for name, default in keyword_fields(family)}
-            self.slimrl_num_chunks = num_chunks_from(slimrl_num_chunks, unsloth_num_chunks)
+            set_field(self, "slimrl_num_chunks", num_chunks_from(slimrl_num_chunks, unsloth_num_chunks), SLIMRL_FIELD)
             for name, value in extras.items():
-                setattr(self, name, value)
+                set_field(self, name, value, SLIMRL_FIELD)
             config_state(self).user_fields = frozenset(kwargs)
             original(self, *args, **kwargs)
 
@@ -85,7 +87,10 @@ def config_post_init_maker(family: Family):
     def make(original):
         @functools.wraps(original)
         def __post_init__(self):
-            setattr(self, budget.BUDGET_FIELD, budget.validate_memory_budget(getattr(self, budget.BUDGET_FIELD)))
+            given = getattr(self, budget.BUDGET_FIELD)
+            validated = budget.validate_memory_budget(given)
+            if validated is not given:  # a number of GiB as a float
+                set_field(self, budget.BUDGET_FIELD, validated, "validated")
             precision.resolve_config_precision(self)
             distributed.resolve_config_device(self)
             check_ranges(self)  # every numeric field against its meaningful range (config_ranges.py)

@@ -32,6 +32,7 @@ from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..notices import notice
 from ..ops.chunking import set_num_chunks
 from ..state import AUTO_CHUNKS, model_state, user_set
+from ..swaps import set_field
 from ..training import oom
 from . import precision
 from .compat import ARGUMENT_ALIASES, move_trainer_kwargs, take_alias
@@ -63,9 +64,10 @@ def reconcile_checkpointing(model, args) -> None:
     else:
         logger.info("slimrl: gradient_checkpointing=%s, as the model was prepared with it", bool(mode))
     # transformers 5 reads the new name, TRL 1.16 the deprecated alias: keep both in step
-    args.gradient_checkpointing = bool(mode)
+    why = "the model's checkpointing mode (FastLanguageModel.get_peft_model)"
+    set_field(args, "gradient_checkpointing", bool(mode), why)
     if hasattr(args, "activation_checkpointing"):
-        args.activation_checkpointing = bool(mode)
+        set_field(args, "activation_checkpointing", bool(mode), why)
 
 
 def set_chunks(models, num_chunks: int, unwrap=lambda m: m) -> None:
