@@ -1,22 +1,22 @@
 """docs/architecture.md stays true: the files one GRPO step enters, and the layer order imports follow.
 
-1. One tiny GRPO optimizer step (set-up excluded) runs under `sys.setprofile`; the slimrl files it enters must be
-   exactly the list marked `step-files` on the page.
+1. One tiny GRPO optimizer step (set-up excluded), in a fresh process, runs under `sys.setprofile`; the slimrl files
+   it enters must be exactly the list marked `step-files` on the page.
 2. Imports go downwards only: each module's folder (or, at the package root, the module) sits on one line of the
    page's `layers` block, top to bottom, and imports only from its own line or the lines below (function-level
    imports counted; cycles among modules are forbidden by test_architecture.py).
 """
 
+import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-import torch
 from datasets import Dataset
 from test_architecture import PACKAGE, import_graph
 
-import slimrl
 from slimrl.testing import tiny_llama, tiny_tokenizer
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
@@ -43,6 +43,7 @@ def _reward(completions, **kwargs):
 
 
 def traced_step_files(tmp_path) -> set[str]:
+    """The slimrl files (relative to the package) one step of an already patched GRPO run enters."""
     from trl import GRPOConfig, GRPOTrainer
 
     args = GRPOConfig(
@@ -74,20 +75,25 @@ def traced_step_files(tmp_path) -> set[str]:
     return entered
 
 
-@pytest.fixture
-def grpo():
-    slimrl.PatchFastRL("grpo")
-    yield
-    slimrl.unpatch()
+_TRACE = """
+import json, sys, tempfile
+import torch
+import slimrl
+from test_architecture_step import traced_step_files
+torch.set_num_threads(1)
+slimrl.PatchFastRL("grpo")
+print("TRACED " + json.dumps(sorted(traced_step_files(tempfile.mkdtemp()))))
+"""
 
 
-def test_the_page_lists_the_files_one_grpo_step_enters(grpo, tmp_path):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        traced = traced_step_files(tmp_path)
-    finally:
-        torch.set_num_threads(threads)
+def test_the_page_lists_the_files_one_grpo_step_enters():
+    """In a fresh process, as a user's script runs (in-process, earlier tests' RNG use changes the rollouts, and so
+    whether the shared-prefix rule packs them)."""
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), str(tests)]), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", _TRACE], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    traced = set(json.loads(out.stdout.split("TRACED ", 1)[1]))
     assert "patches/trainer_setup.py" in traced and "ops/lean_logprob.py" in traced, "the trace saw no patched step"
     listed = page_step_files()
     assert traced == listed, f"step enters but the page omits {sorted(traced - listed)}; page lists but the step " + (
