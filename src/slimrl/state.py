@@ -68,7 +68,9 @@ class TrainerState:
     max_prompt_length: int | None = None  # the config's, for ORPO/CPO's tokenize_row (run before TRL sets self.args)
 
 
-SWAPS_ATTR = "_slimrl_swaps"  # slimrl.swaps' record of what it changed on one object (any object)
+# slimrl.swaps' record of what it changed on one object (any object: a tokenizer or an lm_head has no state above),
+# named as the registry marks its functions (`__slimrl_original__`)
+SWAPS_ATTR = "__slimrl_swaps__"
 
 
 def swap_records(obj, create: bool = True) -> dict | None:
