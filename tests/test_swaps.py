@@ -33,6 +33,7 @@ ALLOWED = {
     ("export/merged.py", "delattr(config, attr)"): "slimrl's own deep copy of the config, for the exported files",
     ("models/embedded.py", "delattr(model.config, attr)"): "the model slimrl loads to convert the embedded GGUF",
     ("patches/shared_prefix.py", "setattr(forward, WRAPPED_MARK, True)"): "marks slimrl's own wrapper function",
+    ("patches/shared_images.py", "setattr(get_image_features, WRAPPED_MARK, True)"): "the same, for the encoder",
 }
 
 
