@@ -30,6 +30,8 @@ ALLOWED = {
     ("sandbox/child.py", "delattr(obj, check(name))"): "the same, for delattr",
     ("ppo/value.py", "object.__setattr__(self, 'peft_model', peft_model)"): "slimrl's own module (not registered as "
     "a submodule)",
+    ("models/teacher.py", "object.__setattr__(self, 'peft_model', peft_model)"): "slimrl's own module",
+    ("models/teacher.py", "object.__setattr__(self, 'teacher', teacher)"): "slimrl's own module",
     ("export/merged.py", "delattr(config, attr)"): "slimrl's own deep copy of the config, for the exported files",
     ("models/embedded.py", "delattr(model.config, attr)"): "the model slimrl loads to convert the embedded GGUF",
     ("patches/shared_prefix.py", "setattr(forward, WRAPPED_MARK, True)"): "marks slimrl's own wrapper function",

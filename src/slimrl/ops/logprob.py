@@ -14,19 +14,21 @@ softcapping / logit-scale config lookups, the MoE aux loss). Only memory and tim
 The non-fused path is the original forward; `functools.wraps(type(model).forward)` keeps the signature `generate`
 validates kwargs against. TRL's private helpers this module uses are listed in TRL_SYMBOLS, which the registry checks
 at patch time like any other seam.
+4. `fused_head_installed(model)`: the same head for the duration of one call only, for trainers whose TRL code never
+   installs one (experimental OnlineDPO, A2PO): the model instance keeps nothing afterwards.
 """
 
 from __future__ import annotations
 
 import functools
 import types
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 import transformers
 from packaging.version import Version
 
-from ..swaps import swap
+from ..swaps import restore, swap
 from .chunking import chunk_bounds, num_chunks_of, resolve_num_chunks
 from .lean_logprob import LeanLogProbFunction
 
@@ -188,3 +190,14 @@ def add_fused_lm_head(
         )
 
     swap(model, "forward", types.MethodType(_fused_forward, model), "fused LM head (slimrl.ops.logprob)")
+
+
+@contextmanager
+def fused_head_installed(model, temperature: float = 1.0, outputs: tuple[str, ...] = ("log_probs",)):
+    """While active, `model(..., labels= | shift_labels=, fused_lm_head=True)` runs slimrl's head (add_fused_lm_head);
+    on exit the swap is undone (slimrl.swaps.restore), so nothing stays on the model."""
+    add_fused_lm_head(model, temperature, False, outputs)
+    try:
+        yield model
+    finally:
+        restore(model, "forward")
