@@ -69,7 +69,7 @@ class DistillTaskArguments(DataArguments):
 
 
 def apply_patches() -> None:
-    from slimrl.models.fast_language_model import FastLanguageModel
+    from slimrl.fast_language_model import FastLanguageModel
     from slimrl.patches.registry import PatchFastRL
 
     PatchFastRL("gkd", FastLanguageModel)

@@ -86,7 +86,7 @@ def parse_args(argv: list[str]):
 
 
 def apply_patches() -> None:
-    from slimrl.models.fast_language_model import FastLanguageModel
+    from slimrl.fast_language_model import FastLanguageModel
     from slimrl.patches.registry import PatchFastRL
 
     PatchFastRL("online_dpo", FastLanguageModel)
