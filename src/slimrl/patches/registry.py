@@ -18,7 +18,25 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import a2po, auto, cpo, distillation, dpo, gkd, gmpo, gold, grpo, kto, online_dpo, orpo, ppo, reward, rloo, sft
+from . import (
+    a2po,
+    async_grpo,
+    auto,
+    cpo,
+    distillation,
+    dpo,
+    gkd,
+    gmpo,
+    gold,
+    grpo,
+    kto,
+    online_dpo,
+    orpo,
+    ppo,
+    reward,
+    rloo,
+    sft,
+)
 from .compat import REMOVED_ALGORITHMS
 from .seams import MISSING, Patch, PatchError, check_seam, check_trl_version, own_attr, trl_version, unwrap_descriptor
 
@@ -51,6 +69,7 @@ ALGORITHMS: dict[str, list[Patch]] = {
     "online_dpo": online_dpo.PATCHES,
     "gmpo": gmpo.PATCHES,
     "a2po": a2po.PATCHES,
+    "async_grpo": async_grpo.PATCHES,
 }
 
 
