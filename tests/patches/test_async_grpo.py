@@ -205,3 +205,28 @@ def test_unpatched_registers_trls_kernel_again(unpatched):
     assert packing.tree_attention is not stock
     registry.unpatch()
     assert packing.tree_attention is stock
+
+
+def test_a_registered_function_outliving_unpatch_is_trls_again(unpatched, monkeypatch):
+    """transformers' attention registry keeps what a patched trainer registered; after unpatch() it runs TRL's."""
+    from transformers import AttentionInterface
+    from trl.experimental.async_grpo import packing
+
+    stock = packing.tree_attention
+    calls = []
+
+    def trls(module, query, key, value, attention_mask, **kwargs):  # stands in for TRL's FlashAttention-3 kernel
+        calls.append("trl")
+
+    monkeypatch.setattr(packing, "tree_attention", trls)
+    PatchFastRL("async_grpo")
+    packing.register_tree_attention()  # what a trainer built while patched does
+    registered = AttentionInterface._global_mapping[packing.TREE_ATTENTION]
+    assert registered is packing.tree_attention  # slimrl's
+    registry.unpatch()
+    query = torch.zeros(1, 1, 2, 4)
+    try:
+        registered(None, query, query, query, None)
+    finally:
+        AttentionInterface.register(packing.TREE_ATTENTION, stock)
+    assert calls == ["trl"]

@@ -30,10 +30,18 @@ PACKING_MODULE = "trl.experimental.async_grpo.packing"
 TREE_ATTENTION_PARAMS = ("module", "query", "key", "value", "attention_mask")
 
 
+def _is_patched() -> bool:
+    from .registry import is_patched
+
+    return is_patched("async_grpo")
+
+
 def make_tree_attention(original):
     @functools.wraps(original)
     def tree_attention(module, query, key, value, attention_mask, **kwargs):
-        if query.is_cuda:
+        # A trainer built while patched registered this function in transformers' attention registry, which
+        # unpatch() does not own: once unpatched, it is TRL's function again.
+        if query.is_cuda or not _is_patched():
             return original(module, query, key, value, attention_mask, **kwargs)
         from ..ops.tree_attention import tree_attention as sdpa_tree_attention
 
