@@ -22,6 +22,7 @@ __all__ = [
     "PPOTrainer",
     "SafeInterrupt",
     "plan",
+    "describe",
     "base_as_teacher",
     "__version__",
     # the other names Unsloth's notebooks import (docs/unsloth-names.md)
@@ -70,7 +71,7 @@ def __getattr__(name):
 
         patch_on_import()  # as Unsloth's import does: TRL's trainers patched as the script imports them
     if name == "FastLanguageModel":
-        from .models.fast_language_model import FastLanguageModel
+        from .fast_language_model import FastLanguageModel
 
         return FastLanguageModel
     if name in ("PPOConfig", "PPOTrainer"):  # slimrl's own PPO (TRL 1.16 has none); imports TRL only when used
@@ -82,7 +83,7 @@ def __getattr__(name):
 
         return getattr(registry, name)
     if name in _UNSLOTH_MODEL_NAMES:
-        from .models import fast_model
+        from . import fast_model
 
         return getattr(fast_model, name)
     if name in _UNSLOTH_SHORTCUTS:
@@ -93,6 +94,10 @@ def __getattr__(name):
         from . import sandbox
 
         return getattr(sandbox, name)
+    if name == "describe":
+        from .description import describe
+
+        return describe
     if name == "SafeInterrupt":
         from .training.interrupt import SafeInterrupt
 

@@ -72,6 +72,20 @@ class TrainerState:
     in_step: bool = False
 
 
+# slimrl.swaps' record of what it changed on one object (any object: a tokenizer or an lm_head has no state above),
+# named as the registry marks its functions (`__slimrl_original__`)
+SWAPS_ATTR = "__slimrl_swaps__"
+
+
+def swap_records(obj, create: bool = True) -> dict | None:
+    """slimrl.swaps' record on `obj` (name -> [Swap, ...]); created empty on first write unless `create=False`."""
+    records = vars(obj).get(SWAPS_ATTR) if hasattr(obj, "__dict__") else None
+    if records is None and create:
+        records = {}
+        object.__setattr__(obj, SWAPS_ATTR, records)  # plain attribute: no nn.Module registration
+    return records
+
+
 def transformers_model(model):
     """The transformers model under a PeftModel (or the model itself)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -112,7 +126,29 @@ def user_fields(args) -> frozenset:
 
 
 def user_set(args, name: str) -> bool:
-    return name in user_fields(args)
+    """Whether the user set the config field `name`, the one test slimrl asks before changing a config value: the
+    fields recorded by the patched `__init__`; where none are recorded (a config built before patching, or by
+    `dataclasses.replace`), whether the value differs from the field's default."""
+    state = config_state(args, create=False)
+    if state is not None and state.user_fields is not None:
+        return name in state.user_fields
+    default = field_default(type(args), name)
+    return default is not _NO_DEFAULT and getattr(args, name, default) != default
+
+
+_NO_DEFAULT = object()
+
+
+def field_default(config_cls, name: str):
+    """The value a config field has when nobody set it (dataclass default, or slimrl's class-level default)."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(config_cls):
+        return _NO_DEFAULT
+    for f in dataclasses.fields(config_cls):
+        if f.name == name:
+            return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    return getattr(config_cls, name, _NO_DEFAULT)
 
 
 def set_peft_owner(model, peft_model) -> None:

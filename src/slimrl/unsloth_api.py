@@ -1,6 +1,6 @@
 """Unsloth names that are shortcuts over slimrl's own: PatchDPOTrainer, PatchKTOTrainer, is_bfloat16_supported.
 
-(FastModel and FastVisionModel are in slimrl.models.fast_model; the reward helpers that run model-written code in
+(FastModel and FastVisionModel are in slimrl.fast_model; the reward helpers that run model-written code in
 slimrl.sandbox.)
 """
 

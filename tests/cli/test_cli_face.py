@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from slimrl.cli import face, main
-from slimrl.cli.args import resolve_eval_samples
+from slimrl.cli.parsing import resolve_eval_samples
 
 
 def test_user_error_is_one_line_and_exit_2(tmp_path, capsys):

@@ -86,7 +86,7 @@ def test_bad_flags_fail_before_loading(run_dir, monkeypatch, tmp_path):
 
 
 def test_training_commands_end_with_the_export_hint(tmp_path, capsys):
-    from slimrl.cli.grpo import write_run_outputs
+    from slimrl.cli.training_run import write_run_outputs
 
     write_run_outputs(str(tmp_path), {"model_name_or_path": "smollm2-135m"}, None, None, 1.0, 0.0, 1, plot=False)
     last = capsys.readouterr().out.strip().splitlines()[-1]

@@ -109,7 +109,7 @@ def test_embedded_name_recorded_on_the_adapter(monkeypatch, base_dir):
         model_state(model).model_name = adapters.requested_model_name(model_name)
         return model, tokenizer, options
 
-    monkeypatch.setattr("slimrl.models.fast_language_model.load_model_and_tokenizer", as_if_embedded)
+    monkeypatch.setattr("slimrl.fast_language_model.load_model_and_tokenizer", as_if_embedded)
     model, _ = FastLanguageModel.from_pretrained("smollm2-135m", dtype=torch.float32)
     peft = FastLanguageModel.get_peft_model(model, r=2, use_gradient_checkpointing=False)
     assert peft.peft_config["default"].base_model_name_or_path == "smollm2-135m"

@@ -83,7 +83,7 @@ def test_fast_inference_fails_before_loading_naming_the_pip_package(monkeypatch)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(NotImplementedError, match="load_in_4bit=True needs a CUDA GPU"):
         FastLanguageModel.from_pretrained("anything", fast_inference=True, load_in_4bit=True)
-    with pytest.raises(ValueError, match="vllm_weight_sync must be one of"):
+    with pytest.raises(ValueError, match="vllm_weight_sync=.copy.: choose one of"):
         FastLanguageModel.from_pretrained("anything", fast_inference=True, vllm_weight_sync="copy")
 
 

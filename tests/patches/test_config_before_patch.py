@@ -4,8 +4,8 @@ slimrl field it lacks reads its declared default, and one training step runs."""
 import pytest
 
 from slimrl.patches import registry
+from slimrl.patches.config_setup import config_defaults
 from slimrl.patches.online import ONLINE
-from slimrl.patches.trainer_setup import config_defaults
 
 import _orpo_cpo_parity as O
 import _pref_parity as H

@@ -65,15 +65,28 @@ def test_choice_of_path(caplog, monkeypatch):
     peft, plain = _peft_model(), T.tiny_model(0)
     with caplog.at_level(logging.WARNING, logger="slimrl"):
         assert vllm_server.uses_adapter_sync(_args(), peft, _Accelerator("cpu"))
-    assert "vllm_server_sync='adapter' (was 'auto')" in caplog.text
+    assert "vllm_server_sync='lora' (was 'auto')" in caplog.text
     assert not vllm_server.uses_adapter_sync(_args(), peft, _Accelerator("cuda"))  # TRL's NCCL path
     assert not vllm_server.uses_adapter_sync(_args(), plain, _Accelerator("cpu"))  # no adapter: TRL's (it raises)
-    assert not vllm_server.uses_adapter_sync(_args(vllm_server_sync="weights"), peft, _Accelerator("cpu"))
-    assert vllm_server.uses_adapter_sync(_args(vllm_server_sync="adapter"), peft, _Accelerator("cuda"))
+    assert not vllm_server.uses_adapter_sync(_args(vllm_server_sync="merged"), peft, _Accelerator("cpu"))
+    assert vllm_server.uses_adapter_sync(_args(vllm_server_sync="lora"), peft, _Accelerator("cuda"))
     with pytest.raises(ValueError, match="the model has none"):
-        vllm_server.uses_adapter_sync(_args(vllm_server_sync="adapter"), plain, _Accelerator("cpu"))
-    with pytest.raises(ValueError, match="choose one of auto, weights, adapter"):
-        vllm_server.check_server_sync(_args(vllm_server_sync="lora"))
+        vllm_server.uses_adapter_sync(_args(vllm_server_sync="lora"), plain, _Accelerator("cpu"))
+    with pytest.raises(ValueError, match="choose one of 'auto', 'lora', 'merged'"):
+        vllm_server.check_server_sync(_args(vllm_server_sync="nccl"))
+
+
+def test_former_spellings_are_accepted_with_a_notice(caplog, monkeypatch):
+    monkeypatch.setattr(notices, "_said", set())
+    peft = _peft_model()
+    with caplog.at_level(logging.WARNING, logger="slimrl"):
+        assert vllm_server.uses_adapter_sync(_args(vllm_server_sync="adapter"), peft, _Accelerator("cuda"))
+        assert not vllm_server.uses_adapter_sync(_args(vllm_server_sync="weights"), peft, _Accelerator("cpu"))
+    assert "vllm_server_sync='adapter' is now spelled 'lora'" in caplog.text
+    assert "vllm_server_sync='weights' is now spelled 'merged'" in caplog.text
+    from slimrl.generation.vllm_engine import resolve_weight_sync
+
+    assert resolve_weight_sync("adapter", "cpu") == "lora"  # one value set for both knobs
 
 
 def test_factory_builds_the_server_class_in_server_mode(monkeypatch):

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from slimrl.cli.parsing import EVAL_PER_STEP, FULL_EVAL, FULL_EVAL_STEPS, MIN_EVAL, parsed_arguments, run_name
+from slimrl.swaps import set_field
 from slimrl.tasks.arithmetic import DEFAULTS as ARITHMETIC  # noqa: E402  (light: no torch/trl import)
 
 DEFAULT_MODEL = "smollm2-135m"
-# The before/after eval when --num_eval_samples is unset: the full one for the default 30-step run, scaled down for
-# short trial runs (two 128-prompt greedy evals take ~2 min on a 2-core CPU, more than a 3-step run trains)
-FULL_EVAL, FULL_EVAL_STEPS, EVAL_PER_STEP, MIN_EVAL = 128, 30, 4, 16
 DEFAULT_OUTPUT_DIR = "outputs/slimrl-grpo-{task}"
 
 # GRPOConfig field -> (CLI default, why). Measured basis: the README's "Measured" table for `slimrl grpo` (30 steps
@@ -240,19 +239,6 @@ class OnlineSlimrlArguments(SlimrlArguments):
     )
 
 
-def apply_slimrl_arguments(training_args, slimrl_args) -> None:
-    """Set slimrl's fields on the config, validated by their owners (the same checks as the config keywords)."""
-    from slimrl.ops.chunking import validate_num_chunks
-    from slimrl.training.budget import validate_memory_budget
-
-    training_args.slimrl_num_chunks = validate_num_chunks(slimrl_args.slimrl_num_chunks)
-    training_args.slimrl_max_memory_gb = validate_memory_budget(slimrl_args.slimrl_max_memory_gb)
-    if hasattr(slimrl_args, "slimrl_reward_errors"):
-        from slimrl.patches.rewards import check_policy
-
-        training_args.slimrl_reward_errors = check_policy(slimrl_args.slimrl_reward_errors)
-
-
 def set_cli_defaults(parser, defaults: dict) -> None:
     """Replace TRL's defaults by the CLI's, noting both and why in --help (a value the user passes still wins)."""
     for action in parser._actions:
@@ -276,80 +262,6 @@ def build_grpo_parser(prog: str = "slimrl grpo"):
     return parser
 
 
-def parse_with_config(parser, argv: list[str]):
-    """TrlParser's parse_args_and_config; an unknown key in the --config YAML is named with the closest flag."""
-    import difflib
-    import re
-
-    try:
-        return parser.parse_args_and_config(list(argv))
-    except ValueError as exc:
-        if "Unknown arguments from config file" not in str(exc):
-            raise
-        unknown = re.findall(r"'--([\w.-]+)'", str(exc))
-        known = [action.dest for action in parser._actions]
-        hints = [
-            f"{key} (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(key, known, 2)) else key
-            for key in unknown
-        ]
-        raise ValueError(
-            f"unknown key(s) in the --config file: {'; '.join(hints)}. Every key must be a flag of this "
-            "command (see --help)."
-        ) from exc
-
-
-def resolve_eval_samples(task_args, max_steps: int) -> None:
-    """An unset --num_eval_samples: FULL_EVAL for runs of FULL_EVAL_STEPS+ steps (or epochs), fewer for shorter runs."""
-    if task_args.num_eval_samples is not None:
-        return
-    if 0 < max_steps < FULL_EVAL_STEPS:
-        task_args.num_eval_samples = max(MIN_EVAL, min(FULL_EVAL, EVAL_PER_STEP * max_steps))
-        print(
-            f"[slimrl] {max_steps}-step run: eval on {task_args.num_eval_samples} held-out prompts before and after "
-            f"(--num_eval_samples {FULL_EVAL} for the full eval, 0 to skip it)",
-            flush=True,
-        )
-    else:
-        task_args.num_eval_samples = FULL_EVAL
-
-
-def mark_user_fields(training_args, argv: list[str]) -> None:
-    """The parser passes every field to the config, so the patches would take all of them for user settings; keep
-    only those given as flags or in the --config YAML (what slimrl may warn about or must not change)."""
-    import dataclasses
-
-    given = {a[2:].split("=", 1)[0] for a in argv if a.startswith("--")}
-    if "config" in given:
-        path = (
-            argv[argv.index("--config") + 1]
-            if "--config" in argv
-            else next(a.split("=", 1)[1] for a in argv if a.startswith("--config="))
-        )
-        import yaml
-
-        with open(path) as f:
-            given |= set((yaml.safe_load(f) or {}).keys())
-    from slimrl.state import config_state
-
-    names = {f.name for f in dataclasses.fields(training_args)}
-    config_state(training_args).user_fields = frozenset(given & names)
-
-
-def follow_model_checkpointing(model_args, training_args) -> None:
-    """--use_gradient_checkpointing given, --gradient_checkpointing not: the config's flag follows the model's mode
-    (the patched trainers would otherwise warn about a flag the user never set)."""
-    from slimrl.state import user_set
-
-    mode = model_args.use_gradient_checkpointing
-    if mode is None or user_set(training_args, "gradient_checkpointing"):
-        return
-    if user_set(training_args, "activation_checkpointing"):
-        return
-    training_args.gradient_checkpointing = bool(mode)
-    if hasattr(training_args, "activation_checkpointing"):  # transformers 5's name of the same flag
-        training_args.activation_checkpointing = bool(mode)
-
-
 def parse_grpo_args(argv: list[str]):
     """(task_args, model_args, training_args) from argv (may contain `--config file.yaml`)."""
     return parse_online_args(build_grpo_parser(), argv)
@@ -358,18 +270,10 @@ def parse_grpo_args(argv: list[str]):
 def parse_online_args(parser, argv: list[str]):
     """`slimrl grpo | ppo`: (task_args, model_args, training_args) from a (TaskArguments, ModelArguments,
     SlimrlArguments, config) parser: slimrl's fields set, user fields marked, `{task}` in output_dir filled."""
-    task_args, model_args, slimrl_args, training_args = parse_with_config(parser, argv)
-    apply_slimrl_arguments(training_args, slimrl_args)
-    resolve_eval_samples(task_args, training_args.max_steps)
-    mark_user_fields(training_args, list(argv))
-    follow_model_checkpointing(model_args, training_args)
-    if model_args.dtype == "auto":
-        model_args.dtype = None
+    task_args, model_args, training_args = parsed_arguments(parser, argv)
     if "{task}" in str(training_args.output_dir):
-        name = task_args.task
-        if task_args.dataset_name:
-            name = task_args.dataset_name.rstrip("/").replace("\\", "/").split("/")[-1].split(".")[0] or "dataset"
-        training_args.output_dir = str(training_args.output_dir).replace("{task}", name)
+        output_dir = str(training_args.output_dir).replace("{task}", run_name(task_args))
+        set_field(training_args, "output_dir", output_dir, "{task} filled")
     from slimrl.cli.run_control import apply_run_flags
 
     apply_run_flags(parser.prog.split()[-1], list(argv), task_args, training_args)  # "slimrl grpo" -> grpo

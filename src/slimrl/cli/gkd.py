@@ -23,16 +23,13 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from slimrl.cli.args import (
-    DataArguments,
-    ModelArguments,
-    SlimrlArguments,
+from slimrl.cli.args import DataArguments, ModelArguments, SlimrlArguments, set_cli_defaults
+from slimrl.cli.parsing import (
     apply_slimrl_arguments,
     follow_model_checkpointing,
     mark_user_fields,
     parse_with_config,
     resolve_eval_samples,
-    set_cli_defaults,
 )
 
 # Measured basis: the embedded SmolLM2-135M on the arithmetic task, 2-core CPU (docs/distillation.md)
@@ -72,7 +69,7 @@ class DistillTaskArguments(DataArguments):
 
 
 def apply_patches() -> None:
-    from slimrl.models.fast_language_model import FastLanguageModel
+    from slimrl.fast_language_model import FastLanguageModel
     from slimrl.patches.registry import PatchFastRL
 
     PatchFastRL("gkd", FastLanguageModel)
@@ -120,7 +117,9 @@ def parse_gkd_args(argv: list[str]):
     follow_model_checkpointing(model_args, training_args)
     if model_args.dtype == "auto":
         model_args.dtype = None
-    training_args.output_dir = str(training_args.output_dir).replace("{task}", task_args.task)
+    from slimrl.swaps import set_field
+
+    set_field(training_args, "output_dir", str(training_args.output_dir).replace("{task}", task_args.task), "{task}")
     from slimrl.cli.run_control import apply_run_flags
 
     apply_run_flags("gkd", list(argv), task_args, training_args)
@@ -169,9 +168,9 @@ def run_gkd(task_args, model_args, training_args) -> dict:
     from trl.experimental.gkd import GKDTrainer
 
     from slimrl.cli.callbacks import JsonlMetricsCallback, ProgressBarCallback
-    from slimrl.cli.grpo import evaluate_task
     from slimrl.cli.modeling import add_lora, load_base
     from slimrl.cli.run_control import train
+    from slimrl.cli.training_run import evaluate_task
 
     wall0 = time.perf_counter()
     task = build_distill_task(task_args, training_args.seed)
@@ -221,7 +220,7 @@ def run_gkd(task_args, model_args, training_args) -> dict:
 
 def write_outputs(out: str, run_info: dict, evals, train_seconds: float, wall0: float, max_steps: int, plot: bool):
     """`slimrl grpo`'s outputs, and the teacher's accuracy in `eval.json`."""
-    from slimrl.cli.grpo import write_run_outputs
+    from slimrl.cli.training_run import write_run_outputs
 
     before, after, teacher_eval = evals
     summary = write_run_outputs(out, run_info, before, after, train_seconds, wall0, max_steps, plot, distill_panels)

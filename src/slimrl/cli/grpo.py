@@ -12,7 +12,6 @@ Choices made:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -22,7 +21,7 @@ logger = logging.getLogger("slimrl")
 
 def apply_patches() -> None:
     # No fallback to stock TRL: a patch that cannot apply raises (PatchError names the seam and the TRL version)
-    from slimrl.models.fast_language_model import FastLanguageModel
+    from slimrl.fast_language_model import FastLanguageModel
     from slimrl.patches.registry import PatchFastRL
 
     PatchFastRL("grpo", FastLanguageModel)
@@ -57,76 +56,10 @@ def build_task(task_args, seed: int):
     )
 
 
-def evaluate_task(model, tokenizer, task, task_args, max_new_tokens: int, label: str):
-    """Greedy held-out accuracy of `task` (None when the task has no eval split or accuracy reward)."""
-    from slimrl.cli.evaluate import evaluate_accuracy
-    from slimrl.cli.modeling import set_inference
-
-    if not task_args.num_eval_samples or task.eval_dataset is None or task.accuracy_reward is None:
-        return None
-    t0 = time.perf_counter()
-    set_inference(model, True)
-    try:
-        result = evaluate_accuracy(
-            model, tokenizer, task.eval_dataset, task.accuracy_reward, max_new_tokens, task_args.eval_batch_size
-        )
-    finally:
-        set_inference(model, False)
-    result["seconds"] = round(time.perf_counter() - t0, 1)
-    print(
-        f"[slimrl] eval accuracy {label}: {result['accuracy']:.3f} on {result['n']} held-out prompts "
-        f"({result['seconds']} s, greedy)",
-        flush=True,
-    )
-    return result
-
-
-def write_run_outputs(
-    out: str, run_info: dict, before, after, train_seconds: float, wall0: float, max_steps: int, plot: bool, panels=None
-) -> dict:
-    """`slimrl_run.json`, `eval.json` and `training_curves.png` in `out`, the closing lines printed; the summary."""
-    with open(os.path.join(out, "slimrl_run.json"), "w") as f:
-        json.dump(run_info, f, indent=2)
-    summary = {
-        "accuracy_before": before and before["accuracy"],
-        "accuracy_after": after and after["accuracy"],
-        "eval_before": before,
-        "eval_after": after,
-        "train_seconds": round(train_seconds, 1),
-        "wall_seconds": round(time.perf_counter() - wall0, 1),
-        "max_steps": max_steps,
-    }
-    with open(os.path.join(out, "eval.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    if plot:
-        try:
-            from slimrl.plotting import grpo_panels, plot_metrics
-
-            summary["plot"] = plot_metrics(
-                os.path.join(out, "metrics.jsonl"), os.path.join(out, "training_curves.png"), panels or grpo_panels
-            )
-        except ImportError as exc:
-            print(f"[slimrl] no plot: {exc}")
-    print(
-        f"[slimrl] adapter, metrics.jsonl, eval.json{' and training_curves.png' if summary.get('plot') else ''} "
-        f"saved to {out} (train {summary['train_seconds']} s, wall {summary['wall_seconds']} s)",
-        flush=True,
-    )
-    if before and after:
-        print(f"[slimrl] accuracy before {before['accuracy']:.3f} -> after {after['accuracy']:.3f}", flush=True)
-    from slimrl.cli.export import export_hint
-
-    print(export_hint(out), flush=True)
-    return summary
-
-
 def run_grpo(task_args, model_args, training_args) -> dict:
-    from transformers.trainer_callback import ProgressCallback
     from trl import GRPOTrainer
 
-    from slimrl.cli.callbacks import JsonlMetricsCallback, ProgressBarCallback
-    from slimrl.cli.modeling import add_lora, load_base
-    from slimrl.cli.run_control import train
+    from slimrl.cli.training_run import RunSpec, run_training
 
     wall0 = time.perf_counter()
     task = build_task(task_args, training_args.seed)
@@ -137,48 +70,23 @@ def run_grpo(task_args, model_args, training_args) -> dict:
         f"[slimrl] task {task.name}: {len(task.train_dataset)} train / {n_eval} eval prompts; output_dir {out}",
         flush=True,
     )
-
-    model, tokenizer = load_base(
-        model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype, model_args.load_in_4bit, model_args
-    )
-    model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
-    before = evaluate_task(model, tokenizer, task, task_args, training_args.max_completion_length, "before")
-
     eval_on = getattr(training_args.eval_strategy, "value", training_args.eval_strategy) != "no"
-    eval_dataset = task.eval_dataset if eval_on else None
-    metrics_path = os.path.join(out, "metrics.jsonl")
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=task.reward_funcs,
-        args=training_args,
-        train_dataset=task.train_dataset,
-        eval_dataset=eval_dataset,
-        processing_class=tokenizer,
-        callbacks=[JsonlMetricsCallback(metrics_path)],
-    )
-    callbacks = trainer.callback_handler.callbacks
-    if not training_args.disable_tqdm and any(isinstance(c, ProgressCallback) for c in callbacks):
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(ProgressBarCallback(f"GRPO {task.name}"))
-    train_t0 = time.perf_counter()
-    train(trainer, training_args, task_args)  # --resume, Ctrl-C/SIGTERM checkpoint and exit, out-of-memory stop
-    train_seconds = time.perf_counter() - train_t0
-    trainer.save_model(out)
 
-    after = evaluate_task(trainer.model, tokenizer, task, task_args, training_args.max_completion_length, "after")
-    run_info = {
-        "model_name_or_path": model_args.model_name_or_path,
-        "dtype": model_args.dtype,
-        "task": task.name if not task_args.dataset_name else None,
-        "task_info": task.info,
-        "max_completion_length": training_args.max_completion_length,
-        "seed": training_args.seed,
-    }
-    engine = getattr(model, "vllm_engine", None)
-    if engine is not None:
-        engine.close()  # before trainer.end() destroys the process group vLLM set up
-    if hasattr(trainer, "end"):
-        trainer.end()
-    return write_run_outputs(
-        out, run_info, before, after, train_seconds, wall0, training_args.max_steps, task_args.plot
+    def make_trainer(model, tokenizer, callbacks):
+        return GRPOTrainer(
+            model=model,
+            reward_funcs=task.reward_funcs,
+            args=training_args,
+            train_dataset=task.train_dataset,
+            eval_dataset=task.eval_dataset if eval_on else None,
+            processing_class=tokenizer,
+            callbacks=callbacks,
+        )
+
+    spec = RunSpec(
+        make_trainer,
+        f"GRPO {task.name}",
+        training_args.max_completion_length,
+        {"max_completion_length": training_args.max_completion_length},
     )
+    return run_training(task, spec, task_args, model_args, training_args, wall0)

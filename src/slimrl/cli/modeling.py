@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from slimrl.models.fast_language_model import FastLanguageModel
+from slimrl.fast_language_model import FastLanguageModel
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 

@@ -86,7 +86,7 @@ def parse_args(argv: list[str]):
 
 
 def apply_patches() -> None:
-    from slimrl.models.fast_language_model import FastLanguageModel
+    from slimrl.fast_language_model import FastLanguageModel
     from slimrl.patches.registry import PatchFastRL
 
     PatchFastRL("online_dpo", FastLanguageModel)
@@ -138,9 +138,9 @@ def run_online_dpo(task_args, model_args, training_args) -> dict:
     from trl.experimental.online_dpo import OnlineDPOTrainer
 
     from slimrl.cli.callbacks import JsonlMetricsCallback, ProgressBarCallback
-    from slimrl.cli.grpo import evaluate_task, write_run_outputs
     from slimrl.cli.modeling import add_lora, load_base
     from slimrl.cli.run_control import train
+    from slimrl.cli.training_run import evaluate_task, write_run_outputs
 
     wall0 = time.perf_counter()
     task = build_online_task(task_args, training_args.seed)

@@ -65,7 +65,7 @@ def parse_ppo_args(argv: list[str]):
 
 
 def apply_patches() -> None:
-    from slimrl.models.fast_language_model import FastLanguageModel
+    from slimrl.fast_language_model import FastLanguageModel
     from slimrl.patches.registry import PatchFastRL
 
     PatchFastRL("ppo", FastLanguageModel)
@@ -89,12 +89,8 @@ def score_functions(task, task_args) -> list:
 
 
 def run_ppo(task_args, model_args, training_args) -> dict:
-    from transformers.trainer_callback import ProgressCallback
-
-    from slimrl.cli.callbacks import JsonlMetricsCallback, ProgressBarCallback
-    from slimrl.cli.grpo import build_task, evaluate_task, write_run_outputs
-    from slimrl.cli.modeling import add_lora, load_base
-    from slimrl.cli.run_control import train
+    from slimrl.cli.grpo import build_task
+    from slimrl.cli.training_run import RunSpec, run_training
     from slimrl.ppo import PPOTrainer
 
     wall0 = time.perf_counter()
@@ -107,40 +103,23 @@ def run_ppo(task_args, model_args, training_args) -> dict:
         f"{', '.join(f.__name__ for f in scores)}; output_dir {out}",
         flush=True,
     )
-    model, tokenizer = load_base(
-        model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype, model_args.load_in_4bit, model_args
+
+    def make_trainer(model, tokenizer, callbacks):
+        return PPOTrainer(
+            args=training_args,
+            processing_class=tokenizer,
+            model=model,
+            reward_funcs=scores,
+            train_dataset=task.train_dataset,
+            callbacks=callbacks,
+        )
+
+    spec = RunSpec(
+        make_trainer,
+        f"PPO {task.name}",
+        training_args.response_length,
+        {"algorithm": "ppo", "max_completion_length": training_args.response_length},
+        PPO_BAR_KEYS,
+        ppo_panels,
     )
-    model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
-    before = evaluate_task(model, tokenizer, task, task_args, training_args.response_length, "before")
-    trainer = PPOTrainer(
-        args=training_args,
-        processing_class=tokenizer,
-        model=model,
-        reward_funcs=scores,
-        train_dataset=task.train_dataset,
-        callbacks=[JsonlMetricsCallback(os.path.join(out, "metrics.jsonl"))],
-    )
-    bars = [c for c in trainer.callback_handler.callbacks if isinstance(c, ProgressCallback)]
-    if not training_args.disable_tqdm and bars:
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(ProgressBarCallback(f"PPO {task.name}", PPO_BAR_KEYS))
-    train_t0 = time.perf_counter()
-    train(trainer, training_args, task_args)  # --resume, Ctrl-C/SIGTERM checkpoint and exit, out-of-memory stop
-    train_seconds = time.perf_counter() - train_t0
-    trainer.save_model(out)
-    after = evaluate_task(trainer.model, tokenizer, task, task_args, training_args.response_length, "after")
-    run_info = {
-        "model_name_or_path": model_args.model_name_or_path,
-        "dtype": model_args.dtype,
-        "algorithm": "ppo",
-        "task": task.name if not task_args.dataset_name else None,
-        "task_info": task.info,
-        "max_completion_length": training_args.response_length,
-        "seed": training_args.seed,
-    }
-    engine = getattr(model, "vllm_engine", None)
-    if engine is not None:
-        engine.close()
-    return write_run_outputs(
-        out, run_info, before, after, train_seconds, wall0, training_args.max_steps, task_args.plot, ppo_panels
-    )
+    return run_training(task, spec, task_args, model_args, training_args, wall0)

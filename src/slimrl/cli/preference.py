@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import time
 
+PREFERENCE_MAX_NEW_TOKENS = 16  # completion length of the before/after evaluation
+
 
 def trainer_class(algorithm: str):
     if algorithm == "dpo":
@@ -28,7 +30,7 @@ def trainer_class(algorithm: str):
 
 
 def apply_patches(algorithm: str) -> None:
-    from slimrl.models.fast_language_model import FastLanguageModel
+    from slimrl.fast_language_model import FastLanguageModel
     from slimrl.patches.registry import PatchFastRL
 
     PatchFastRL(algorithm, FastLanguageModel)
@@ -73,12 +75,9 @@ def build_preference_task(algorithm: str, task_args, seed: int):
 
 
 def run_preference(algorithm: str, task_args, model_args, training_args) -> dict:
-    from transformers.trainer_callback import ProgressCallback
-
-    from slimrl.cli.callbacks import PREFERENCE_BAR_KEYS, JsonlMetricsCallback, ProgressBarCallback
-    from slimrl.cli.grpo import evaluate_task, write_run_outputs
-    from slimrl.cli.modeling import add_lora, load_base
-    from slimrl.cli.run_control import train
+    from slimrl.cli.callbacks import PREFERENCE_BAR_KEYS
+    from slimrl.cli.training_run import RunSpec, run_training
+    from slimrl.plotting import preference_panels
 
     wall0 = time.perf_counter()
     task = build_preference_task(algorithm, task_args, training_args.seed)
@@ -86,41 +85,21 @@ def run_preference(algorithm: str, task_args, model_args, training_args) -> dict
     os.makedirs(out, exist_ok=True)
     print(f"[slimrl] {algorithm} on {task.name}: {len(task.train_dataset)} train rows; output_dir {out}", flush=True)
 
-    model, tokenizer = load_base(
-        model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype, model_args.load_in_4bit
-    )
-    model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
-    max_new_tokens = 16
-    before = evaluate_task(model, tokenizer, task, task_args, max_new_tokens, "before")
+    def make_trainer(model, tokenizer, callbacks):
+        return trainer_class(algorithm)(
+            model=model,
+            args=training_args,
+            train_dataset=task.train_dataset,
+            processing_class=tokenizer,
+            callbacks=callbacks,
+        )
 
-    metrics_path = os.path.join(out, "metrics.jsonl")
-    trainer = trainer_class(algorithm)(
-        model=model,
-        args=training_args,
-        train_dataset=task.train_dataset,
-        processing_class=tokenizer,
-        callbacks=[JsonlMetricsCallback(metrics_path)],
+    spec = RunSpec(
+        make_trainer,
+        f"{algorithm.upper()} {task.name}",
+        PREFERENCE_MAX_NEW_TOKENS,
+        {"algorithm": algorithm},
+        PREFERENCE_BAR_KEYS,
+        preference_panels,
     )
-    callbacks = trainer.callback_handler.callbacks
-    if not training_args.disable_tqdm and any(isinstance(c, ProgressCallback) for c in callbacks):
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(ProgressBarCallback(f"{algorithm.upper()} {task.name}", PREFERENCE_BAR_KEYS))
-    train_t0 = time.perf_counter()
-    train(trainer, training_args, task_args)  # --resume, Ctrl-C/SIGTERM checkpoint and exit, out-of-memory stop
-    train_seconds = time.perf_counter() - train_t0
-    trainer.save_model(out)
-
-    after = evaluate_task(trainer.model, tokenizer, task, task_args, max_new_tokens, "after")
-    run_info = {
-        "model_name_or_path": model_args.model_name_or_path,
-        "dtype": model_args.dtype,
-        "algorithm": algorithm,
-        "task": task.name if not task_args.dataset_name else None,
-        "task_info": task.info,
-        "seed": training_args.seed,
-    }
-    from slimrl.plotting import preference_panels
-
-    return write_run_outputs(
-        out, run_info, before, after, train_seconds, wall0, training_args.max_steps, task_args.plot, preference_panels
-    )
+    return run_training(task, spec, task_args, model_args, training_args, wall0)

@@ -6,17 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slimrl.cli.args import (
-    DataArguments,
-    ModelArguments,
-    SlimrlArguments,
-    apply_slimrl_arguments,
-    follow_model_checkpointing,
-    mark_user_fields,
-    parse_with_config,
-    resolve_eval_samples,
-    set_cli_defaults,
-)
+from slimrl.cli.args import DataArguments, ModelArguments, SlimrlArguments, set_cli_defaults
+from slimrl.cli.parsing import parsed_arguments, run_name
+from slimrl.swaps import set_field
 
 PREFERENCE_ALGORITHMS = ("dpo", "orpo", "kto")
 
@@ -80,13 +72,7 @@ def build_preference_parser(algorithm: str):
 
 def parse_preference_args(algorithm: str, argv: list[str]):
     """(task_args, model_args, training_args) for `slimrl dpo|orpo|kto`."""
-    task_args, model_args, slimrl_args, training_args = parse_with_config(build_preference_parser(algorithm), argv)
-    apply_slimrl_arguments(training_args, slimrl_args)
-    resolve_eval_samples(task_args, training_args.max_steps)
-    mark_user_fields(training_args, list(argv))
-    follow_model_checkpointing(model_args, training_args)
-    if model_args.dtype == "auto":
-        model_args.dtype = None
+    task_args, model_args, training_args = parsed_arguments(build_preference_parser(algorithm), argv)
     if model_args.fast_inference:
         raise ValueError(
             f"--fast_inference: `slimrl {algorithm}` trains on a fixed dataset and generates nothing; "
@@ -99,10 +85,10 @@ def parse_preference_args(algorithm: str, argv: list[str]):
             "--max_operand/--operations/--num_examples shape the built-in arithmetic set; they do not "
             "apply with --dataset_name"
         )
-    name = task_args.task
-    if task_args.dataset_name:
-        name = task_args.dataset_name.rstrip("/").replace("\\", "/").split("/")[-1].split(".")[0] or "dataset"
-    training_args.output_dir = str(training_args.output_dir).replace("{algorithm}", algorithm).replace("{task}", name)
+    output_dir = str(training_args.output_dir).replace("{algorithm}", algorithm)
+    set_field(
+        training_args, "output_dir", output_dir.replace("{task}", run_name(task_args)), "{algorithm}, {task} filled"
+    )
     from slimrl.cli.run_control import apply_run_flags
 
     apply_run_flags(algorithm, list(argv), task_args, training_args)

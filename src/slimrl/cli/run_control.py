@@ -25,6 +25,7 @@ from __future__ import annotations
 import shlex
 
 from ..state import user_set
+from ..swaps import adjust_default, set_field
 from ..training.checkpoints import resolve_resume, run_dir_of
 from ..training.interrupt import SafeInterrupt
 from ..training.oom import TrainingOutOfMemory
@@ -61,9 +62,9 @@ def apply_hub_visibility(task_args, training_args) -> None:
     if task_args.public:
         if user_set(training_args, "hub_private_repo") and training_args.hub_private_repo:
             raise ValueError("--public and --hub_private_repo True both given: pass one of them.")
-        training_args.hub_private_repo = False
-    elif training_args.hub_private_repo is None:
-        training_args.hub_private_repo = True
+        set_field(training_args, "hub_private_repo", False, "--public")
+    else:
+        adjust_default(training_args, "hub_private_repo", True, "a new Hub repository is private unless --public")
 
 
 def apply_run_flags(command: str, argv: list[str], task_args, training_args) -> None:
@@ -80,8 +81,8 @@ def apply_run_flags(command: str, argv: list[str], task_args, training_args) -> 
                 f"[slimrl] resuming {checkpoint}: output_dir {training_args.output_dir} -> {run_dir_of(checkpoint)}",
                 flush=True,
             )
-            training_args.output_dir = run_dir_of(checkpoint)
-        training_args.resume_from_checkpoint = checkpoint
+            set_field(training_args, "output_dir", run_dir_of(checkpoint), "--resume: the checkpoint's run folder")
+        set_field(training_args, "resume_from_checkpoint", checkpoint, "--resume")
     task_args.resume_command = resume_command(command, argv, training_args.output_dir)
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import inspect
 
+from ..swaps import restore, swap
+
 METHOD_NAMES = (
     "save_pretrained_merged",
     "push_to_hub_merged",
@@ -66,13 +68,14 @@ def attach_export_methods(model):
                 f"will not shadow it with slimrl.export.methods.{name}. Call the slimrl function "
                 "directly, or pin the library version slimrl was tested with."
             )
-        model.__dict__[name] = ExportMethod(getattr(methods, name), model)
+        if not isinstance(vars(model).get(name), ExportMethod):
+            swap(model, name, ExportMethod(getattr(methods, name), model), "export method (slimrl.export.methods)")
     return model
 
 
 def detach_export_methods(model):
     """Remove the export methods `attach_export_methods` set; returns `model`."""
     for name in METHOD_NAMES:
-        if isinstance(model.__dict__.get(name), ExportMethod):
-            del model.__dict__[name]
+        if isinstance(vars(model).get(name), ExportMethod):
+            restore(model, name)
     return model

@@ -38,11 +38,11 @@ import warnings
 import torch
 
 from ..state import model_state, peft_owner
+from ..swaps import swap
 from . import launch, weights
+from .sync_modes import normalize_sync_mode
 
 logger = logging.getLogger("slimrl")
-
-WEIGHT_SYNC_MODES = ("auto", "merged", "lora")
 
 
 def vllm_pip_package() -> str:
@@ -91,8 +91,7 @@ def check_engine_support(model, dtype: torch.dtype) -> None:
 
 
 def resolve_weight_sync(mode: str, device_type: str) -> str:
-    if mode not in WEIGHT_SYNC_MODES:
-        raise ValueError(f"vllm_weight_sync must be one of {WEIGHT_SYNC_MODES}, got {mode!r}")
+    mode = normalize_sync_mode(mode, "vllm_weight_sync")
     if mode == "auto":
         return "lora" if device_type == "cuda" else "merged"
     return mode
@@ -300,7 +299,7 @@ class VLLMEngine:
 
 def attach_engine(model, engine: VLLMEngine) -> None:
     """`model.vllm_engine` and `model.fast_generate` (also reachable through a PeftModel made later)."""
-    model.vllm_engine = engine
+    swap(model, "vllm_engine", engine, "fast_inference=True: the vLLM engine")
 
     def fast_generate(
         prompts, sampling_params=None, *, use_adapter: bool | None = None, lora_request=None, use_tqdm: bool = False
@@ -316,7 +315,7 @@ def attach_engine(model, engine: VLLMEngine) -> None:
             prompts, sampling_params, model=model, use_adapter=use_adapter, lora_request=lora_request, use_tqdm=use_tqdm
         )
 
-    model.fast_generate = fast_generate
+    swap(model, "fast_generate", fast_generate, "fast_inference=True: generation on the vLLM engine")
 
 
 NO_PEFT_OWNER = (

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 
+from .. import swaps
 from ..notices import notice
 
 NAME = "apply_chat_template"
@@ -48,7 +49,7 @@ def swap_in(tokenizer) -> None:
 
     if NAME in vars(tokenizer) or not isinstance(tokenizer, PreTrainedTokenizerBase):
         return
-    setattr(tokenizer, NAME, LegacyChatTemplate(tokenizer))
+    swaps.swap(tokenizer, NAME, LegacyChatTemplate(tokenizer), "apply_chat_template(tokenize=True) gives ids")
 
 
 def is_swapped(tokenizer) -> bool:
@@ -58,4 +59,4 @@ def is_swapped(tokenizer) -> bool:
 def restore(tokenizer) -> None:
     """transformers 5's own apply_chat_template on `tokenizer` again."""
     if is_swapped(tokenizer):
-        delattr(tokenizer, NAME)
+        swaps.restore(tokenizer, NAME)

@@ -40,6 +40,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from ..state import model_state, transformers_model
+from ..swaps import swap
 from .offload import ActivationOffloader
 
 logger = logging.getLogger("slimrl")
@@ -150,7 +151,13 @@ def _install_guard(base) -> None:
     current = base.__dict__.get("gradient_checkpointing_enable")
     if current is not None and getattr(current, "__func__", None) is _pinned_gradient_checkpointing_enable:
         return
-    base.gradient_checkpointing_enable = types.MethodType(_pinned_gradient_checkpointing_enable, base)
+    pinned = types.MethodType(_pinned_gradient_checkpointing_enable, base)
+    swap(
+        base,
+        "gradient_checkpointing_enable",
+        pinned,
+        "the configured checkpointing mode kept (slimrl.models.checkpointing)",
+    )
 
 
 def apply_checkpointing(model, mode, checkpoint_kwargs: dict | None = None, every_n_layers: int = 1):

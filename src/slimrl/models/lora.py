@@ -94,8 +94,6 @@ def get_peft_model(
     from peft import LoraConfig, PeftModel
     from peft import get_peft_model as peft_get_peft_model
 
-    from ..export import attach_export_methods
-
     mode = checkpointing.normalize_mode(use_gradient_checkpointing)
     if isinstance(model, PeftModel):
         warnings.warn(
@@ -131,7 +129,6 @@ def get_peft_model(
         torch.manual_seed(random_state)
         peft_model = peft_get_peft_model(model, config)
     adapters.set_base_model_name(peft_model, model)  # the adapter names what the user loaded, not a cache folder
-    attach_export_methods(peft_model)
     # fast_generate and the export methods live on the transformers model too; they save the adapter through its owner
     set_peft_owner(model, peft_model)
     if getattr(model, "vllm_engine", None) is not None:

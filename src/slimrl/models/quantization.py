@@ -17,6 +17,7 @@ import logging
 
 import torch
 
+from ..swaps import swap
 from ..versions import EXTRAS_SUPPORTED
 
 logger = logging.getLogger("slimrl")
@@ -58,7 +59,7 @@ def disable_cpu_repacking(model) -> int:
                     "cannot guard against its CPU weight repacking (which drops gradients). Use bitsandbytes 0.50.x "
                     "or load_in_4bit=False."
                 )
-            setattr(module, CPU_REPACK_FLAG, False)
+            swap(module, CPU_REPACK_FLAG, False, "no CPU weight repacking (it drops gradients)")
             count += 1
     return count
 

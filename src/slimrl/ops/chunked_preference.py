@@ -38,6 +38,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..swaps import restore, swap
 from .chunking import AUTO_CHUNKS, chunk_bounds, num_chunks_of, resolve_num_chunks
 from .lean_logprob import ChunkProjector, LeanLogProbFunction, transform_logits_
 from .logprob import logit_postprocessing
@@ -187,15 +188,11 @@ def capture_lm_head(lm_head: torch.nn.Module, head_fn):
     is swapped instead, so their device placement / offload hooks still run first.
     """
     attr = "_old_forward" if hasattr(lm_head, "_hf_hook") and hasattr(lm_head, "_old_forward") else "forward"
-    own = lm_head.__dict__.get(attr)
-    setattr(lm_head, attr, head_fn)
+    swap(lm_head, attr, head_fn, "the lean head computes the statistics (slimrl.ops.chunked_preference)")
     try:
         yield
     finally:
-        if own is None:
-            delattr(lm_head, attr)
-        else:
-            setattr(lm_head, attr, own)
+        restore(lm_head, attr)
 
 
 def probe_columns(vocab: int, device) -> torch.Tensor:

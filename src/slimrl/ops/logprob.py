@@ -28,6 +28,7 @@ import torch
 import transformers
 from packaging.version import Version
 
+from ..swaps import restore, swap
 from .chunking import chunk_bounds, num_chunks_of, resolve_num_chunks
 from .lean_logprob import LeanLogProbFunction
 
@@ -188,20 +189,15 @@ def add_fused_lm_head(
             aux_loss=aux_loss,
         )
 
-    model.forward = types.MethodType(_fused_forward, model)
+    swap(model, "forward", types.MethodType(_fused_forward, model), "fused LM head (slimrl.ops.logprob)")
 
 
 @contextmanager
 def fused_head_installed(model, temperature: float = 1.0, outputs: tuple[str, ...] = ("log_probs",)):
     """While active, `model(..., labels= | shift_labels=, fused_lm_head=True)` runs slimrl's head (add_fused_lm_head);
-    on exit the instance's own `forward` entry is put back (or removed), so nothing stays on the model."""
-    missing = object()
-    own = model.__dict__.get("forward", missing)
+    on exit the swap is undone (slimrl.swaps.restore), so nothing stays on the model."""
     add_fused_lm_head(model, temperature, False, outputs)
     try:
         yield model
     finally:
-        if own is missing:
-            del model.__dict__["forward"]
-        else:
-            model.__dict__["forward"] = own
+        restore(model, "forward")

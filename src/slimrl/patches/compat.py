@@ -23,7 +23,8 @@ import dataclasses
 import inspect
 
 from ..notices import notice
-from ..state import config_state
+from ..state import config_state, user_set
+from ..swaps import set_field
 
 ARGUMENT_ALIASES = (("tokenizer", "processing_class"),)
 PPO_ARGUMENT_ALIASES = (("config", "args"), *ARGUMENT_ALIASES)
@@ -119,21 +120,6 @@ def _config_object(signature: inspect.Signature, args: tuple, kwargs: dict):
     return args[position] if position < len(args) else None
 
 
-def _default_of(config_cls, name: str):
-    """The value a config field has when nobody set it (dataclass default, or slimrl's class-level default)."""
-    for f in dataclasses.fields(config_cls):
-        if f.name == name:
-            return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-    return getattr(config_cls, name, None)
-
-
-def _set_by_user(config, name: str) -> bool:
-    state = config_state(config, create=False)
-    if state is not None and state.user_fields is not None:
-        return name in state.user_fields
-    return getattr(config, name) != _default_of(type(config), name)  # built before patching: judge by the value
-
-
 def move_trainer_kwargs(signature: inspect.Signature, args: tuple, kwargs: dict, owner: str, family) -> None:
     """Keywords TRL 0.x took on the trainer that are now fields of its config, set on the config (module point 5);
     `family` (trainer_setup.Family): its renamed fields are taken under the new name, its removed ones refused."""
@@ -151,12 +137,12 @@ def move_trainer_kwargs(signature: inspect.Signature, args: tuple, kwargs: dict,
             continue
         value, current = kwargs.pop(name), getattr(config, target)
         if current is not value and current != value:
-            if _set_by_user(config, target):
+            if user_set(config, target):
                 raise ValueError(
                     f"{owner}({name}={short(value)}) and {config_cls.__name__}({target}={short(current)}) disagree: "
                     f"TRL 1.16 reads {target} from the config only; set it there once."
                 )
-            setattr(config, target, value)
+            set_field(config, target, value, f"{owner}({name}=...) taken as the config's {target}")
         state = config_state(config, create=False)
         if state is not None and state.user_fields is not None:  # the user's choice now, not TRL's default
             state.user_fields = state.user_fields | {target}

@@ -11,12 +11,7 @@ of `trl.experimental.cpo`'s classes.
 TRL's own: `get_batch_loss_metrics`, `cpo_loss` (AlphaPO, label smoothing, simpo_gamma), the metrics, the collator.
 """
 
-from . import prompt_limit
-from .concatenated_forward import FORWARD_PARAMS, TRAINER_PARAMS, PairedForward, concatenated_forward_maker
-from .offline import SHARED_PREFIX_OFFLINE, offline_patches
-from .seams import Patch, alias_patches
-
-TRAINER = "trl.experimental.cpo.cpo_trainer.CPOTrainer"
+from .concatenated_forward import PairedForward, paired_patches
 
 CPO = PairedForward(
     name="CPOTrainer",
@@ -26,23 +21,4 @@ CPO = PairedForward(
     logits_drop_last=False,
 )
 
-PATCHES = [
-    Patch(
-        TRAINER,
-        "concatenated_forward",
-        FORWARD_PARAMS,
-        concatenated_forward_maker(CPO),
-        "chunked log-probs / NLL / mean-logits from the hidden states; no [2B, T, V] logits",
-    ),
-    Patch(
-        TRAINER,
-        "tokenize_row",
-        ("self", "feature", "model"),
-        prompt_limit.make_tokenize_row,
-        "max_prompt_length: TRL 0.2x's prompt-then-answer cut",
-    ),
-    *offline_patches(
-        "cpo", TRAINER, "trl.experimental.cpo.cpo_config.CPOConfig", TRAINER_PARAMS, family=SHARED_PREFIX_OFFLINE
-    ),
-    *alias_patches("trl.experimental.cpo", ("CPOConfig", "CPOTrainer")),
-]
+PATCHES = paired_patches("cpo", CPO)

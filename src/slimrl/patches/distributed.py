@@ -31,6 +31,7 @@ import torch
 
 from ..notices import notice
 from ..state import user_set
+from ..swaps import set_field
 
 # The variables accelerate reads for a launch's world size (torchrun, Intel MPI / MPICH, Open MPI, MVAPICH)
 WORLD_SIZE_VARS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -82,7 +83,7 @@ def resolve_config_device(args) -> None:
             "transformers joins CPU processes into one group only with use_cpu=True, so each process would train "
             "alone on its own copy. Set use_cpu=True (or leave it unset), or launch a single process."
         )
-    args.use_cpu = True
+    set_field(args, "use_cpu", True, "several processes on a machine without an accelerator")
     if os.environ.get("RANK", "0") == "0":
         notice(
             f"use_cpu=True (was False): {processes} processes on a machine without an accelerator "

@@ -25,7 +25,7 @@ import logging
 import warnings
 
 from ..models.checkpointing import apply_checkpointing, checkpointing_mode
-from ..state import config_state
+from ..swaps import adjust_default
 from . import prompt_limit, shared_prefix_rules, validation
 from .compat import OFFLINE_REMOVED, OFFLINE_RENAMED, PAIRED_REMOVED
 from .data_checks import dataset_check
@@ -47,13 +47,11 @@ def check_max_length(call: SetupCall) -> None:
     max_len = getattr(args, "max_length", None)
     if not max_seq or not max_len or max_len <= max_seq:
         return
-    state = config_state(args, create=False)
-    if state is not None and state.user_fields is not None and "max_length" not in state.user_fields:
-        # TRL's default (1024), not the user's choice: follow the model, as its max_seq_length is the explicit one
+    # TRL's default (1024), not the user's choice: follow the model, as its max_seq_length is the explicit one
+    if adjust_default(args, "max_length", max_seq, "the model's max_seq_length"):
         logger.warning(
             "slimrl: max_length=%s (TRL's default) lowered to the model's max_seq_length=%s", max_len, max_seq
         )
-        args.max_length = max_seq
         return
     raise ValueError(
         f"max_length={max_len} in the config exceeds the model's max_seq_length={max_seq} (given to "

@@ -19,7 +19,7 @@ Patched (beyond the shared set-up of trainer_setup.py):
    max_seq_length check on the actual prompts (the first turn's: multiturn.py), and each distinct prompt image
    encoded once (shared_images.py).
 5. `VLLMGeneration`: rollouts on the model's own vLLM engine when FastLanguageModel.from_pretrained
-   (fast_inference=True) attached one; in server mode with `vllm_server_sync` "adapter" (or "auto" off CUDA), TRL's
+   (fast_inference=True) attached one; in server mode with `vllm_server_sync` "lora" (or "auto" off CUDA), TRL's
    server client with the LoRA adapter handed over through the server's LoRA endpoints (vllm_server.py); TRL's class
    otherwise (vllm_rollouts.py).
 6. `_get_per_token_logps_and_entropies` (policy, old-policy and reference forwards): run inside the shared-prefix
@@ -91,13 +91,13 @@ ONLINE = Family(
 def make_generate_single_turn(original):
     @functools.wraps(original)
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
-        from ..models.fast_language_model import FastLanguageModel
+        from ..models import modes
 
         model = self.accelerator.unwrap_model(self.model)
         if not in_tool_turns():  # a later turn's prompt holds the completion so far (multiturn.py)
             validation.check_rollout_lengths(model, prompt_ids, self.max_completion_length)
         was_training = model.training
-        FastLanguageModel.for_inference(model)
+        modes.for_inference(model)
         if was_training:
             # Stock TRL samples in train mode: with dropout active, eval-mode rollouts would change the samples
             # (and the RNG stream after them). Cache on and checkpointing off change no numbers, so they stay.
@@ -107,7 +107,7 @@ def make_generate_single_turn(original):
                 return original(self, prompt_ids, *args, **kwargs)
         finally:
             if was_training:
-                FastLanguageModel.for_training(model)
+                modes.for_training(model)
 
     return _generate_single_turn
 

@@ -14,12 +14,7 @@ TRL's own: `get_batch_loss_metrics`, `odds_ratio_loss`, the metrics, the data co
 
 import torch
 
-from . import prompt_limit
-from .concatenated_forward import FORWARD_PARAMS, TRAINER_PARAMS, PairedForward, concatenated_forward_maker
-from .offline import SHARED_PREFIX_OFFLINE, offline_patches
-from .seams import Patch, alias_patches
-
-TRAINER = "trl.experimental.orpo.orpo_trainer.ORPOTrainer"
+from .concatenated_forward import PairedForward, paired_patches
 
 ORPO = PairedForward(
     name="ORPOTrainer",
@@ -29,23 +24,4 @@ ORPO = PairedForward(
     logits_drop_last=True,
 )
 
-PATCHES = [
-    Patch(
-        TRAINER,
-        "concatenated_forward",
-        FORWARD_PARAMS,
-        concatenated_forward_maker(ORPO),
-        "chunked log-probs / NLL / mean-logits from the hidden states; no [2B, T, V] logits",
-    ),
-    Patch(
-        TRAINER,
-        "tokenize_row",
-        ("self", "feature", "model"),
-        prompt_limit.make_tokenize_row,
-        "max_prompt_length: TRL 0.2x's prompt-then-answer cut",
-    ),
-    *offline_patches(
-        "orpo", TRAINER, "trl.experimental.orpo.orpo_config.ORPOConfig", TRAINER_PARAMS, family=SHARED_PREFIX_OFFLINE
-    ),
-    *alias_patches("trl.experimental.orpo", ("ORPOConfig", "ORPOTrainer")),
-]
+PATCHES = paired_patches("orpo", ORPO)

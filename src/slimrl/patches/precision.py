@@ -19,6 +19,7 @@ import logging
 import torch
 
 from ..state import config_state
+from ..swaps import set_field
 
 logger = logging.getLogger("slimrl")
 
@@ -37,7 +38,7 @@ def resolve_config_precision(args) -> None:
     if user_bf16 is None and not user_fp16:
         if not cuda_bf16_supported() and not getattr(args, "use_cpu", False):
             state.auto_precision = True
-            args.bf16 = False
+            set_field(args, "bf16", False, "bf16 left unset where this device has no bfloat16")
         return
     if user_bf16 and user_fp16:
         raise ValueError("bf16=True and fp16=True were both set: choose one (or leave both unset for slimrl to pick).")
@@ -95,8 +96,10 @@ def resolve_trainer_precision(args, model) -> None:
     else:
         bf16, fp16 = False, True
     if bool(args.bf16) != bf16 or bool(args.fp16) != fp16:
-        args.bf16, args.fp16 = bf16, fp16
-        args.mixed_precision = "bf16" if bf16 else "fp16" if fp16 else "no"
+        why = "bf16/fp16 left unset: the precision of the model's weights on this device"
+        set_field(args, "bf16", bf16, why)
+        set_field(args, "fp16", fp16, why)
+        set_field(args, "mixed_precision", "bf16" if bf16 else "fp16" if fp16 else "no", why)
     logger.info(
         "slimrl: precision from the model (%s weights, %s): bf16=%s, fp16=%s (set bf16/fp16 yourself to override)",
         str(dtype).replace("torch.", ""),

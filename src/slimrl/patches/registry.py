@@ -191,6 +191,17 @@ def describe(algorithm: str) -> list[tuple[str, str]]:
     return [(p.seam, p.doc) for p in ALGORITHMS[_normalize(algorithm)[0]]]
 
 
+def class_patches(obj) -> dict[str, str]:
+    """`Class.name` -> what it changes, for every applied patch on the class of `obj` or one of its bases."""
+    docs = {p.seam: p.doc for patches in ALGORITHMS.values() for p in patches}
+    mro = type(obj).__mro__
+    return {
+        f"{rec.owner_obj.__name__}.{rec.name}": docs.get(seam, "")
+        for seam, rec in sorted(_STATE.applied.items())
+        if rec.owner_obj in mro
+    }
+
+
 def _module_of(owner: str) -> str:
     """The module part of a patch owner's dotted path: up to its first CamelCase part (a class)."""
     parts = owner.split(".")

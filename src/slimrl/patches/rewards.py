@@ -27,17 +27,9 @@ import math
 import os
 from typing import Any
 
+from ..tasks.custom import TRL_REWARD_KEYWORDS  # what TRL passes to every reward function besides the columns
+
 REWARD_ERROR_POLICIES = ("raise", "skip")
-# What TRL passes to every reward function besides the dataset columns
-TRL_REWARD_KEYWORDS = (
-    "prompts",
-    "completions",
-    "completion_ids",
-    "trainer_state",
-    "log_extra",
-    "log_metric",
-    "environments",
-)
 _SHOWN_CHARS = 300
 
 

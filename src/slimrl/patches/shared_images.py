@@ -19,6 +19,7 @@ import functools
 import inspect
 
 from ..ops.image_features import encode_distinct
+from ..swaps import restore, swap
 from .shared_prefix_rules import AUTO, has_active_dropout
 
 VERIFIED_MODEL_TYPES = frozenset({"gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
@@ -83,13 +84,11 @@ def distinct_images(bases, setting, record, note):
         if reason is not None:
             note(reason)
             continue
-        setattr(owner, METHOD, _distinct_encoder(owner, getattr(owner, METHOD), record))
+        encoder = _distinct_encoder(owner, getattr(owner, METHOD), record)
+        swap(owner, METHOD, encoder, "each distinct image encoded once (shared images)")
         installed.append((owner, current))
     try:
         yield
     finally:
-        for owner, previous in installed:
-            if previous is None:
-                delattr(owner, METHOD)
-            else:
-                setattr(owner, METHOD, previous)
+        for owner, _ in installed:
+            restore(owner, METHOD)

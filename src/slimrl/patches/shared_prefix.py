@@ -35,6 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..state import trainer_state, transformers_model
+from ..swaps import restore, swap
 from .seams import Patch
 from .shared_images import distinct_images
 from .shared_prefix_rules import AUTO, CONFIG_FIELD, auto_refusal, model_problem, too_small
@@ -227,14 +228,14 @@ def sharing_forwards(trainer):
         inner = base.__dict__.get("forward")  # the fused head TRL installed on the instance
         if inner is None or getattr(inner, WRAPPED_MARK, False):
             continue
-        base.forward = _sharing_forward(trainer, base, inner, setting)
-        installed.append((base, inner))
+        swap(base, "forward", _sharing_forward(trainer, base, inner, setting), "prompts forwarded once (shared prefix)")
+        installed.append(base)
     try:
         with image_sharing(trainer):
             yield
     finally:
-        for base, inner in installed:
-            base.forward = inner
+        for base in installed:
+            restore(base, "forward")
 
 
 def make_sharing_seam(original):

@@ -1,18 +1,8 @@
 """One set-up for every patched trainer: the config's `__init__` / `__post_init__`, the trainer's `__init__` and
 `training_step`. A trainer family (online.py, offline.py) only declares which fields and checks apply (`Family`).
 
-What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
-1. Config `__init__`: slimrl's config fields are accepted as keywords and set before the dataclass `__init__`, so
-   `__post_init__` and TRL's checks see them: `slimrl_num_chunks` (Unsloth's alias `unsloth_num_chunks`; the knob
-   of slimrl.ops.chunking) and the family's own. Fields an older script passes under a name TRL 1.16 renamed are
-   taken under the new name with a notice (both given and different: an error naming both); fields TRL removed get
-   an error saying what replaced them. The fields the user passed are recorded (slimrl.state.ConfigState): slimrl
-   may adjust a TRL default but never a value the user set.
-2. Config class: each slimrl field's default as a class attribute (config_default_patches), so a config built
-   before patching, by `dataclasses.replace` or a parser reads slimrl's defaults. Config `__post_init__`: precision
-   flags resolved where TRL's default cannot run (precision.py), then `use_cpu` for a multi-process launch without an
-   accelerator (distributed.py), every numeric field against its meaningful range (config_ranges.py), the family's
-   config checks, then TRL's own (the clearer message wins).
+What the wrappers add, and nothing else (TRL's code runs unchanged inside them); the config's `__init__` and
+`__post_init__` (points 1 and 2) are in config_setup.py:
 3. Trainer `__init__`: `tokenizer=` (the name older TRL and Unsloth scripts use) taken as `processing_class=` with a
    notice, and keywords TRL 0.x took on the trainer that are config fields now (`beta=`, `max_length=`) set on the
    config with a notice (compat.py); TRL's arguments bound by name. Around TRL's `__init__`, the family's context
@@ -37,113 +27,22 @@ import functools
 import inspect
 import logging
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, NamedTuple
 
 from ..memory import gib, measure_step
 from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..notices import notice
-from ..ops.chunking import set_num_chunks, validate_num_chunks
-from ..state import AUTO_CHUNKS, config_state, model_state, trainer_state, user_set
-from ..training import budget, oom
-from . import distributed, precision
-from .compat import ARGUMENT_ALIASES, adapt_config_kwargs, move_trainer_kwargs, take_alias
-from .config_ranges import check_ranges
+from ..ops.chunking import set_num_chunks
+from ..state import AUTO_CHUNKS, model_state, trainer_state, user_set
+from ..swaps import set_field
+from ..training import oom
+from . import precision
+from .compat import ARGUMENT_ALIASES, move_trainer_kwargs, take_alias
+from .config_setup import config_default_patches, config_defaults, config_init_maker, config_post_init_maker
+from .family import Family, SetupCall
 from .resume_checks import resume_check_patch
 from .seams import Patch
 
 logger = logging.getLogger("slimrl")
-
-SHARED_CONFIG_FIELDS = ((budget.BUDGET_FIELD, None),)  # (name, default) of every patched config, beside the knob
-
-
-class SetupCall(NamedTuple):
-    """A trainer's `__init__` call as slimrl's checks see it: the model, the config, every argument by name."""
-
-    model: Any
-    args: Any
-    arguments: dict
-
-
-@dataclass(frozen=True)
-class Family:
-    """What differs between trainer families; everything else in this module is shared."""
-
-    config_fields: tuple[tuple[str, Any], ...] = ()  # (name, default) of the family's extra config fields
-    renamed_fields: tuple[tuple[str, str], ...] = ()  # (old name, TRL 1.16's name) accepted with a notice
-    removed_fields: tuple[tuple[str, str], ...] = ()  # (name TRL removed, what replaced it) -> error
-    check_config: Callable[[Any], None] = lambda args: None  # config-time checks (args -> None, raise on error)
-    adapters: tuple[Callable[[SetupCall], None], ...] = ()  # may change call.arguments before TRL's __init__
-    checks: tuple[Callable[[SetupCall], None], ...] = ()  # trainer-time checks, before TRL's __init__
-    around: Callable[[SetupCall], Any] | None = None  # a context manager around TRL's __init__ (entered first)
-
-
-def num_chunks_from(slimrl_num_chunks, unsloth_num_chunks) -> int:
-    """The knob from slimrl's field and Unsloth's alias (AUTO when neither is set; both set and different: error)."""
-    if slimrl_num_chunks is not None and unsloth_num_chunks is not None and slimrl_num_chunks != unsloth_num_chunks:
-        raise ValueError(
-            f"slimrl_num_chunks={slimrl_num_chunks} and its alias unsloth_num_chunks={unsloth_num_chunks} disagree: "
-            "set one of them."
-        )
-    value = slimrl_num_chunks if slimrl_num_chunks is not None else unsloth_num_chunks
-    return validate_num_chunks(AUTO_CHUNKS if value is None else value)
-
-
-def config_init_maker(family: Family):
-    def make(original):
-        @functools.wraps(original)
-        def __init__(self, *args, slimrl_num_chunks=None, unsloth_num_chunks=None, **kwargs):
-            adapt_config_kwargs(type(self), kwargs, family.renamed_fields, family.removed_fields)
-            extras = {name: kwargs.pop(name, default) for name, default in keyword_fields(family)}
-            self.slimrl_num_chunks = num_chunks_from(slimrl_num_chunks, unsloth_num_chunks)
-            for name, value in extras.items():
-                setattr(self, name, value)
-            config_state(self).user_fields = frozenset(kwargs)
-            original(self, *args, **kwargs)
-
-        return __init__
-
-    return make
-
-
-def keyword_fields(family: Family) -> tuple[tuple[str, Any], ...]:
-    """(name, default) of the slimrl fields a config of `family` takes as plain keywords (the knob has an alias)."""
-    return (*SHARED_CONFIG_FIELDS, *family.config_fields)
-
-
-def config_defaults(family: Family) -> tuple[tuple[str, Any], ...]:
-    """(name, default) of every slimrl field a patched config of `family` has: the one place its defaults live."""
-    return (("slimrl_num_chunks", AUTO_CHUNKS), *keyword_fields(family))
-
-
-def config_default_patches(family: Family, config_path: str) -> list[Patch]:
-    """Each slimrl field's default as a class attribute of the config: a config built before patching, through
-    `dataclasses.replace` or a parser reads the default wherever slimrl reads the field (an instance value wins)."""
-
-    def default_of(value):
-        return lambda _missing: value
-
-    return [
-        Patch(config_path, name, None, default_of(default), doc=f"default {name}={default!r}", creates=True)
-        for name, default in config_defaults(family)
-    ]
-
-
-def config_post_init_maker(family: Family):
-    def make(original):
-        @functools.wraps(original)
-        def __post_init__(self):
-            setattr(self, budget.BUDGET_FIELD, budget.validate_memory_budget(getattr(self, budget.BUDGET_FIELD)))
-            precision.resolve_config_precision(self)
-            distributed.resolve_config_device(self)
-            check_ranges(self)  # every numeric field against its meaningful range (config_ranges.py)
-            family.check_config(self)
-            original(self)
-
-        return __post_init__
-
-    return make
 
 
 def is_model(obj) -> bool:
@@ -166,9 +65,10 @@ def reconcile_checkpointing(model, args) -> None:
     else:
         logger.info("slimrl: gradient_checkpointing=%s, as the model was prepared with it", bool(mode))
     # transformers 5 reads the new name, TRL 1.16 the deprecated alias: keep both in step
-    args.gradient_checkpointing = bool(mode)
+    why = "the model's checkpointing mode (FastLanguageModel.get_peft_model)"
+    set_field(args, "gradient_checkpointing", bool(mode), why)
     if hasattr(args, "activation_checkpointing"):
-        args.activation_checkpointing = bool(mode)
+        set_field(args, "activation_checkpointing", bool(mode), why)
 
 
 def set_chunks(models, num_chunks: int, unwrap=lambda m: m) -> None:

@@ -16,6 +16,7 @@ import os
 import warnings
 
 from ..notices import notice
+from ..swaps import adjust_default
 
 logger = logging.getLogger("slimrl")
 
@@ -77,6 +78,8 @@ def fit_generation_batch(args, world: int, total: int) -> None:
     step_rows = args.per_device_train_batch_size * world
     steps = math.lcm(step_rows, args.num_generations) // step_rows
     ga = args.gradient_accumulation_steps
+    if not adjust_default(args, "steps_per_generation", steps, "whole groups of num_generations per generation batch"):
+        return  # the user's own steps_per_generation: TRL's check names the mismatch
     notice(
         f"generation batch {total} (per_device_train_batch_size {args.per_device_train_batch_size} x "
         f"gradient_accumulation_steps {ga} x world size {world}) holds no whole groups of num_generations="
@@ -84,7 +87,6 @@ def fit_generation_batch(args, world: int, total: int) -> None:
         f"{steps * step_rows} ({steps * step_rows // args.num_generations} prompts per generation; micro-batch and "
         "accumulation unchanged). Set steps_per_generation or generation_batch_size yourself to choose."
     )
-    args.steps_per_generation = steps
 
 
 def check_config(args) -> None:

@@ -30,7 +30,8 @@ import os
 import warnings
 
 from ..generation.vllm_engine import engine_of, warn_unused
-from ..state import config_state, user_fields
+from ..state import config_state, user_set
+from ..swaps import set_field
 from . import vllm_server
 
 logger = logging.getLogger("slimrl")
@@ -86,7 +87,6 @@ def apply_sampling_params(args) -> dict:
     """Check `args.vllm_sampling_params` against the config and copy the shared fields into it; returns the
     overrides for vLLM (without `seed`, applied per request)."""
     overrides = sampling_overrides(getattr(args, "vllm_sampling_params", None))
-    given = user_fields(args)
     for field, why in _REFUSED_FIELDS.items():
         if field in overrides and not (field == "n" and overrides[field] == 1):
             raise ValueError(f"vllm_sampling_params.{field}={overrides[field]!r} is not accepted: {why}.")
@@ -97,7 +97,7 @@ def apply_sampling_params(args) -> dict:
         value, current = overrides[field], getattr(args, config_field)
         if _same(field, value, current):
             continue
-        if config_field in given:
+        if user_set(args, config_field):
             raise ValueError(
                 f"vllm_sampling_params.{field}={value!r} and {type(args).__name__}.{config_field}="
                 f"{current!r} disagree; the loss uses the config's value: set one of them."
@@ -106,7 +106,7 @@ def apply_sampling_params(args) -> dict:
         logger.info(
             "slimrl: %s=%r from vllm_sampling_params.%s (config default was %r)", config_field, value, field, current
         )
-        setattr(args, config_field, value)
+        set_field(args, config_field, value, f"vllm_sampling_params.{field}")
     return overrides
 
 
@@ -128,7 +128,6 @@ def engine_rollouts(model, args):
 def _prepare_config(model, args) -> None:
     """Before TRL's __init__: use the engine when there is one (use_vllm), and say what does not apply."""
     engine = engine_of(model)
-    given = user_fields(args)
     vllm_server.check_server_sync(args)
     if engine is None:
         if getattr(args, "vllm_sampling_params", None) is not None and not args.use_vllm:
@@ -137,16 +136,16 @@ def _prepare_config(model, args) -> None:
             )
         return
     if not args.use_vllm:
-        if "use_vllm" in given:
+        if user_set(args, "use_vllm"):
             warn_unused("use_vllm", False)
             return
         logger.info("slimrl: use_vllm=True, since the model has a vLLM engine (fast_inference=True)")
-        args.use_vllm = True
+        set_field(args, "use_vllm", True, "the model has a vLLM engine (fast_inference=True)")
     if args.vllm_mode != "colocate":
         warn_unused("vllm_mode", args.vllm_mode)
         return
     for field in _ENGINE_FIELDS:
-        if field in given:
+        if user_set(args, field):
             warnings.warn(
                 f"{field} configures TRL's own vLLM engine; the model's engine was built by "
                 "FastLanguageModel.from_pretrained (set gpu_memory_utilization / vllm_engine_kwargs there).",
@@ -156,7 +155,7 @@ def _prepare_config(model, args) -> None:
     state = config_state(args)
     state.sampling_overrides = apply_sampling_params(args)
     # TRL's default (False) leaves the choice to slimrl: sleep between rollouts; an explicit False keeps it awake
-    state.sleep_between_rollouts = args.vllm_enable_sleep_mode or "vllm_enable_sleep_mode" not in given
+    state.sleep_between_rollouts = args.vllm_enable_sleep_mode or not user_set(args, "vllm_enable_sleep_mode")
 
 
 class _EngineLLM:

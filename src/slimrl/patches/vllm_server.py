@@ -6,9 +6,10 @@ rank 0 joins the server's workers in an NCCL group (`VLLMClient.init_communicato
 TRL refuses any other device (NotImplementedError), and vLLM's transfer engines are NCCL or CUDA IPC only. For a PEFT
 model slimrl can hand over what changed, the adapter, instead:
 
-1. `vllm_server_sync` (config field): "weights" = TRL's NCCL path; "adapter" = this module; "auto" (default) =
-   "adapter" where TRL's path cannot run (the trainer is not on CUDA) and the model is a PEFT model (a one-line
-   notice names the change), else "weights". "adapter" without a PEFT model raises at set-up.
+1. `vllm_server_sync` (config field, the value set of slimrl.generation.sync_modes): "merged" = TRL's NCCL path;
+   "lora" = this module; "auto" (default) = "lora" where TRL's path cannot run (the trainer is not on CUDA) and the
+   model is a PEFT model (a one-line notice names the change), else "merged". "lora" without a PEFT model raises
+   at set-up. The former spellings "weights" / "adapter" are accepted with a notice.
 2. At every sync (TRL calls `sync_weights` once per global step, before the step's rollouts), the adapter's weights
    are collected on every rank (DTensor shards gathered, ZeRO-3 parameters gathered: collectives), rank 0 writes them
    in PEFT's format to `<output_dir>/vllm-server-adapters/<name>`, loads them under a fresh name with
@@ -28,10 +29,10 @@ import os
 import shutil
 import uuid
 
+from ..generation.sync_modes import normalize_sync_mode
 from ..notices import notice
 from ..state import user_set
 
-SERVER_SYNC_CHOICES = ("auto", "weights", "adapter")
 ADAPTER_FOLDER = "vllm-server-adapters"
 SERVER_FLAGS = "--enable-lora --max-lora-rank <r> and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"
 
@@ -40,30 +41,35 @@ def is_peft(model) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 
 
+def server_sync(args) -> str:
+    """The config's `vllm_server_sync` in the one spelling ("auto" without a config)."""
+    return (
+        "auto" if args is None else normalize_sync_mode(getattr(args, "vllm_server_sync", "auto"), "vllm_server_sync")
+    )
+
+
 def check_server_sync(args) -> None:
     """Before TRL's `__init__`: the field's value (the PEFT check waits for TRL's own PEFT wrapping)."""
-    choice = getattr(args, "vllm_server_sync", "auto")
-    if choice not in SERVER_SYNC_CHOICES:
-        raise ValueError(f"vllm_server_sync={choice!r}: choose one of {', '.join(SERVER_SYNC_CHOICES)}.")
+    choice = server_sync(args)
     if choice != "auto" and getattr(args, "vllm_mode", "colocate") != "server" and user_set(args, "vllm_server_sync"):
         notice(f"vllm_server_sync={choice!r} has no effect with vllm_mode={args.vllm_mode!r}")
 
 
 def uses_adapter_sync(args, model, accelerator) -> bool:
     """Whether this trainer's server rollouts get the adapter over the LoRA endpoints (module docstring, point 1)."""
-    choice = getattr(args, "vllm_server_sync", "auto") if args is not None else "auto"
-    if choice == "adapter" and not is_peft(model):
+    choice = server_sync(args)
+    if choice == "lora" and not is_peft(model):
         raise ValueError(
-            "vllm_server_sync='adapter' hands a LoRA adapter to the vLLM server, but the model has none: "
-            "add LoRA (FastLanguageModel.get_peft_model or peft_config=...) or use 'weights'."
+            "vllm_server_sync='lora' hands a LoRA adapter to the vLLM server, but the model has none: "
+            "add LoRA (FastLanguageModel.get_peft_model or peft_config=...) or use 'merged'."
         )
     if choice != "auto":
-        return choice == "adapter"
+        return choice == "lora"
     if not is_peft(model) or accelerator is None or accelerator.device.type == "cuda":
         return False
     if accelerator.is_main_process:
         notice(
-            f"vllm_server_sync='adapter' (was 'auto'): TRL's NCCL weight transfer needs CUDA and the trainer runs "
+            f"vllm_server_sync='lora' (was 'auto'): TRL's NCCL weight transfer needs CUDA and the trainer runs "
             f"on {accelerator.device.type}, so the LoRA adapter goes to the server through its LoRA endpoints"
         )
     return True

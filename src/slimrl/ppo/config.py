@@ -29,7 +29,8 @@ from typing import Literal
 from trl.trainer.base_config import _BaseConfig
 
 from ..patches import validation
-from ..patches.trainer_setup import Family, config_init_maker, config_post_init_maker
+from ..patches.config_setup import config_init_maker, config_post_init_maker
+from ..patches.family import Family
 
 
 def check_ppo_fields(args) -> None:

@@ -21,8 +21,8 @@ import sys
 from collections.abc import Callable
 
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
-# Arguments TRL itself passes to reward functions (grpo_trainer._calculate_rewards), never dataset columns
-TRL_REWARD_KWARGS = {
+# Arguments TRL itself passes to every reward function (grpo_trainer._calculate_rewards), never dataset columns
+TRL_REWARD_KEYWORDS = (
     "prompts",
     "completions",
     "completion_ids",
@@ -30,8 +30,7 @@ TRL_REWARD_KWARGS = {
     "log_extra",
     "log_metric",
     "environments",
-    "kwargs",
-}
+)
 
 
 class TaskError(ValueError):
@@ -99,7 +98,7 @@ def check_reward_columns(func: Callable, columns: list[str]) -> None:
         return
     for p in params:
         needed = p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-        if needed and p.name not in TRL_REWARD_KWARGS and p.name not in columns:
+        if needed and p.name not in (*TRL_REWARD_KEYWORDS, "kwargs") and p.name not in columns:
             raise TaskError(
                 f"Reward function {getattr(func, '__name__', func)!r} needs argument {p.name!r}, which "
                 f"is not a dataset column (columns: {columns})"

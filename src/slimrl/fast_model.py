@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 
-from . import adapters, checkpointing, embedded, layer_selection, lora, vision
 from .fast_language_model import FastLanguageModel
-from .loading import _TOKENIZER_KWARGS  # the from_pretrained keywords that also concern config files
+from .models import adapters, checkpointing, embedded, layer_selection, vision
+from .models.loading import _TOKENIZER_KWARGS  # the from_pretrained keywords that also concern config files
 
 
 def multimodal_part(config) -> str | None:
@@ -109,15 +109,15 @@ class FastModel(FastLanguageModel):
                 mlp=finetune_mlp_modules,
                 audio=finetune_audio_layers,
             )
-        return lora.get_peft_model(
+        return FastLanguageModel.get_peft_model(  # the same call, positionally: one list of LoRA arguments
             model,
-            r=r,
-            target_modules=target_modules,
-            lora_alpha=lora_alpha,
-            lora_dropout=lora_dropout,
-            bias=bias,
-            use_gradient_checkpointing=use_gradient_checkpointing,
-            random_state=random_state,
+            r,
+            target_modules,
+            lora_alpha,
+            lora_dropout,
+            bias,
+            use_gradient_checkpointing,
+            random_state,
             **peft_kwargs,
         )
 

@@ -18,10 +18,10 @@ import functools
 import logging
 import os
 
-from ..export import attach_export_methods
-from ..state import model_state
-from . import adapters, checkpointing, lora, modes
-from .loading import load_model_and_tokenizer
+from .export import attach_export_methods
+from .models import adapters, checkpointing, lora, modes
+from .models.loading import load_model_and_tokenizer
+from .state import model_state
 
 logger = logging.getLogger("slimrl")
 
@@ -30,10 +30,10 @@ def check_fast_inference(load_in_4bit: bool, vllm_weight_sync: str) -> None:
     """What fast_inference=True needs, checked before any loading."""
     import torch
 
-    from ..generation.vllm_engine import require_vllm, resolve_weight_sync
+    from .generation.vllm_engine import require_vllm, resolve_weight_sync
 
     require_vllm()
-    from ..versions import check_vllm
+    from .versions import check_vllm
 
     check_vllm()
     resolve_weight_sync(vllm_weight_sync, "cpu")  # only for its check of the value
@@ -107,7 +107,7 @@ class FastLanguageModel:
         if "use_gradient_checkpointing" in options:
             checkpointing.apply_checkpointing(model, options["use_gradient_checkpointing"])
         if fast_inference:
-            from ..generation.vllm_engine import VLLMEngine, attach_engine, check_engine_support
+            from .generation.vllm_engine import VLLMEngine, attach_engine, check_engine_support
 
             check_engine_support(model, model_state(model).dtype)
             engine = VLLMEngine(
@@ -142,7 +142,7 @@ class FastLanguageModel:
         random_state: seeds the adapter initialisation (the global RNG is left untouched).
         peft_kwargs: any other LoraConfig field (use_rslora, modules_to_save, init_lora_weights, ...).
         """
-        return lora.get_peft_model(
+        peft_model = lora.get_peft_model(
             model,
             r=r,
             target_modules=target_modules,
@@ -153,6 +153,7 @@ class FastLanguageModel:
             random_state=random_state,
             **peft_kwargs,
         )
+        return attach_export_methods(peft_model)
 
     @staticmethod
     def for_inference(model):

@@ -1,0 +1,52 @@
+"""`slimrl.describe(obj)`: what slimrl has changed on a model, a trainer, a config or a tokenizer, in one list.
+
+Two kinds of change reach an object slimrl does not own: the registry's class-level patches (slimrl.patches.registry:
+methods of TRL's classes, reversed by `unpatch()`) and the instance-level changes recorded by slimrl.swaps (methods
+swapped on this object, attributes added, config fields written). A PeftModel is described with the transformers
+model under it, where FastLanguageModel's changes live; a trainer with its config and models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .state import transformers_model
+from .swaps import swapped
+
+
+@dataclass
+class Description:
+    """What slimrl changed on one object: class-level patches and instance-level swaps, each name -> why."""
+
+    name: str
+    class_level: dict = field(default_factory=dict)
+    instance_level: dict = field(default_factory=dict)
+    parts: list = field(default_factory=list)  # Descriptions of the objects it holds (a trainer's config, models)
+
+    def __str__(self) -> str:
+        lines = [f"{self.name}:"]
+        lines += [f"  class    {name}: {why}" for name, why in self.class_level.items()]
+        lines += [f"  instance {name}: {why}" for name, why in self.instance_level.items()]
+        if len(lines) == 1:
+            lines.append("  nothing changed by slimrl")
+        return "\n".join(lines + [str(part) for part in self.parts])
+
+
+def _one(obj, label: str) -> Description:
+    from .patches.registry import class_patches
+
+    instance = dict(swapped(obj))
+    inner = transformers_model(obj)
+    if inner is not obj:
+        instance.update({f"{type(inner).__name__}.{k}": why for k, why in swapped(inner).items()})
+    return Description(f"{label} ({type(obj).__name__})", class_patches(obj), instance)
+
+
+def describe(obj) -> Description:
+    """What slimrl changed on `obj`; `print(slimrl.describe(trainer))` lists it, the trainer's config and models too."""
+    description = _one(obj, "object")
+    if hasattr(obj, "accelerator") and hasattr(obj, "args"):  # a trainer
+        for attribute in ("args", "model", "ref_model", "processing_class"):
+            if getattr(obj, attribute, None) is not None:
+                description.parts.append(_one(getattr(obj, attribute), attribute))
+    return description

@@ -1,0 +1,83 @@
+"""Every change slimrl makes to an object it does not own goes through this module, recorded on the object.
+
+  swap(obj, name, value, why)          an instance attribute set (a method swapped, an attribute added), the value it
+                                       replaced kept; `restore(obj, name)` puts it back (or removes an added one)
+  set_field(args, name, value, why)    a field of a TRL config written (its old value kept the same way)
+  adjust_default(args, name, value, why)
+                                       the one way slimrl changes a config default: only where the user did not set
+                                       the field (the one test: slimrl.state.user_set), else nothing; True if changed
+  swapped(obj)                         name -> why, for `slimrl.describe` (which adds the registry's class patches)
+
+The registry's class-level patches (slimrl.patches.registry) are the only other way slimrl changes a foreign object;
+tests/test_swaps.py finds no other `setattr`, `types.MethodType` or method assignment on a foreign object in src/.
+
+Choices:
+- The record is a dict on the object itself (slimrl.state.swap_records), so it travels with `copy.deepcopy` and goes
+  away with the object. Swaps of one name nest (a stack): a `restore` undoes the latest one only, so a wrapper put
+  over a swapped method for a while (the shared-prefix forward over the fused head) comes off leaving the first.
+- Values are set with `setattr` (nn.Module keeps a plain value in the instance `__dict__`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .state import swap_records, user_set
+
+MISSING = object()  # the attribute was not the object's own before the swap (inherited from its class, or absent)
+
+
+@dataclass
+class Swap:
+    """One recorded change: why it was made and what the object's own attribute held before."""
+
+    why: str
+    original: Any
+
+
+def _push(obj, name: str, why: str, original) -> None:
+    swap_records(obj).setdefault(name, []).append(Swap(why, original))
+
+
+def swap(obj, name: str, value, why: str) -> None:
+    """Set `obj.name = value` as the object's own attribute, recording what it replaces."""
+    _push(obj, name, why, vars(obj).get(name, MISSING))
+    setattr(obj, name, value)
+
+
+def restore(obj, name: str) -> None:
+    """Undo the latest `swap(obj, name, ...)` / `set_field`: the value before it back, or an added attribute removed
+    (no-op if nothing is recorded)."""
+    records = swap_records(obj, create=False)
+    stack = None if records is None else records.get(name)
+    if not stack:
+        return
+    record = stack.pop()
+    if not stack:
+        del records[name]
+    if record.original is MISSING:
+        if name in vars(obj):
+            delattr(obj, name)
+    else:
+        setattr(obj, name, record.original)
+
+
+def set_field(args, name: str, value, why: str) -> None:
+    """Write the config field `name` (recorded with its previous value)."""
+    _push(args, name, why, getattr(args, name, MISSING))
+    setattr(args, name, value)
+
+
+def adjust_default(args, name: str, value, why: str) -> bool:
+    """Change the config field `name` to `value` unless the user set it; True when it was changed."""
+    if user_set(args, name) or getattr(args, name, MISSING) == value:
+        return False
+    set_field(args, name, value, why)
+    return True
+
+
+def swapped(obj) -> dict[str, str]:
+    """name -> why of every recorded change on `obj` (nested swaps of one name joined, first to last)."""
+    records = swap_records(obj, create=False) or {}
+    return {name: "; then ".join(record.why for record in stack) for name, stack in records.items()}
