@@ -137,8 +137,13 @@ def side_model(side: str, model_factory):
 
 
 def finish_side(side: str, trainer):
-    """After a trainer is built: the perturbed sides' models (policy and TRL's own reference) get their noise; under
+    """After a trainer is built: the float64 sides take TRL's entropy-mask decision on float32 values (_reference.py,
+    point 5); the perturbed sides' models (policy and TRL's own reference) get their noise; under
     SLIMRL_PARITY_NUDGE=delta the patched side's policy gets one weight changed by delta (`nudge_one_weight`)."""
+    if side in FLOAT64_SIDES and hasattr(trainer, "get_high_entropy_mask"):
+        from _reference import float32_entropy_decisions
+
+        float32_entropy_decisions(trainer)
     if side in PERTURBATION_SEEDS:
         from _reference import perturb_rounding
 
