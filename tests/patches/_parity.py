@@ -180,6 +180,31 @@ def sgd_step(trainer, lr: float) -> None:
             p.grad = None
 
 
+def record_step_gradients(trainer) -> list[dict[str, torch.Tensor]]:
+    """Before `trainer.train()`: a list that receives, at every optimizer step, the gradients the optimizer steps on
+    (after clipping; a callback on transformers' `on_pre_optimizer_step`)."""
+    from transformers import TrainerCallback
+
+    steps: list[dict[str, torch.Tensor]] = []
+
+    class StepGradients(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            steps.append({n: p.grad.detach().clone() for n, p in trainable(model).items() if p.grad is not None})
+
+    trainer.add_callback(StepGradients())
+    return steps
+
+
+def assert_step_gradients_match(steps: Sides) -> None:
+    """`record_step_gradients` of every side: the same steps, each gradient by the rule."""
+    assert len({len(s) for s in steps}) == 1 and steps.stock, "the sides took different numbers of optimizer steps"
+    for i, grads in enumerate(zip(*steps)):
+        grads = Sides(*grads)
+        assert all(g.keys() == grads.stock.keys() for g in grads), f"optimizer step {i}: parameters differ"
+        for name in grads.stock:
+            check_sides(f"optimizer step {i}: grad {name}", Sides(*(g[name] for g in grads)))
+
+
 # --- the comparison -------------------------------------------------------------------------------------------
 
 
