@@ -1,19 +1,20 @@
 """Detection floor of every parity case: the smallest change of one weight of the patched model that fails the parity
-rule (tests/patches/_parity.py), found by bisection, each case in its own pytest process.
+rule (tests/patches/_parity.py), found by bisection.
 
     python3 scripts/parity_floor.py survey OUT [pytest args]   # three runs over the cases: delta 0, 1e-5, 2e-5
     python3 scripts/parity_floor.py bisect OUT [-k SUBSTRING]  # per case: bisect around the survey's prediction
     python3 scripts/parity_floor.py table OUT                  # markdown: floor, margin, detecting check per case
 
 The weight is element [0, 0] of the first decoder layer's MLP up-projection of the patched side's policy
-(`_parity.nudge_one_weight`, applied when SLIMRL_PARITY_NUDGE=delta is set); the other five sides are untouched.
-Runs record every check (SLIMRL_PARITY_SURVEY=1: a failing check is recorded, not raised), so one run measures all
-of a case's checks. `survey` (default pytest args: tests/patches tests/ops) predicts each case's floor: the patched
-error of a check is |a + t b| for a change t x delta, and its squares at t = 0, 1, 2 give |a|^2, a.b and |b|^2, so
-the smallest t where some check reaches its bound follows from a quadratic per check. `bisect` then measures: it
-brackets the prediction (a passing and a failing delta) and halves the bracket in log space until its ends are
-within 10% (`BRACKET`), running `pytest <case>` once per delta. Cases whose checks the nudge cannot reach (two
-functions compared on one model: tests/ops, the seam called directly) are listed with that reason.
+(`_parity.nudge_one_weight`, applied when SLIMRL_PARITY_NUDGE is set); the other five sides are untouched. Runs record
+every check (SLIMRL_PARITY_SURVEY=1: a failing check is recorded, not raised), so one run measures all of a case's
+checks. `survey` (default pytest args: tests/patches tests/ops) predicts each case's floor: the patched error of a
+check is |a + t b| for a change t x delta, and its squares at t = 0, 1, 2 give |a|^2, a.b and |b|^2, so the smallest t
+where some check reaches its bound follows from a quadratic per check. `bisect` then measures: starting 5% above the
+prediction it brackets each case's floor between a passing and a failing delta and halves the bracket in log space
+until its ends are within `BRACKET`. It runs in rounds: one pytest process per round runs every unfinished case,
+each at its own delta (SLIMRL_PARITY_NUDGE={test id: delta}). Cases whose checks the nudge cannot reach (two functions
+compared on one model: tests/ops, the seam called directly) are listed with that reason.
 
 Set OMP_NUM_THREADS and the emulation variables (MKL_ENABLE_INSTRUCTIONS=AVX2, MKL_CBWR=COMPATIBLE,
 ATEN_CPU_CAPABILITY=default, ...) in the environment: every pytest process inherits them (default: one thread).
@@ -27,25 +28,26 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SURVEY_DELTAS = (0.0, 1e-5, 2e-5)
-BRACKET = 1.1  # bisection stops when the failing and passing deltas are within 10%
+BRACKET = 1.11  # bisection stops when the failing and passing deltas are within 11%
+MAX_ROUNDS = 12
 GUESS_RANGE = (1e-7, 1e-3)  # a prediction outside (a discrete metric flipping) starts the bracket at its edge
 
 
-def run_pytest(args: list[str], report: Path, delta: float) -> int:
-    """pytest on `args` with every check recorded to `report` (survey mode) and the patched weight changed by delta."""
+def run_pytest(args: list[str], report: Path, delta) -> int:
+    """pytest on `args` with every check recorded to `report` (survey mode) and the patched weight changed by `delta`
+    (a number, or {test id: delta})."""
     report.unlink(missing_ok=True)
     env = dict(os.environ, SLIMRL_PARITY_REPORT=str(report), SLIMRL_PARITY_SURVEY="1")
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.pop("SLIMRL_PARITY_NUDGE", None)
     if delta:
-        env["SLIMRL_PARITY_NUDGE"] = repr(delta)
+        env["SLIMRL_PARITY_NUDGE"] = json.dumps(delta) if isinstance(delta, dict) else repr(delta)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
 
@@ -106,46 +108,50 @@ def surveyed(out: Path) -> list[dict]:
     return [load(out / f"survey_{delta:g}.jsonl") for delta in SURVEY_DELTAS]
 
 
-def measure(case: str, delta: float) -> tuple[bool, float, str]:
-    """(failed, largest e/bound, its check) of one run of `case` with the weight changed by `delta`."""
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "report.jsonl"
-        run_pytest([case], report, delta)
-        checks = load(report).get(case, {"checks": {}})["checks"] if report.exists() else {}
-    margin, what = worst(checks)
-    return margin > 1.0, margin, what
+def next_delta(state: dict) -> float | None:
+    """The delta to try next for one case (None: bracketed to BRACKET)."""
+    lo, hi = state["passes_at"], state["floor"]
+    if hi is None:
+        return state["guess"] * 1.05 if lo is None else lo * 4
+    if lo is None:
+        return hi / 1.1 if hi == state["guess"] * 1.05 else hi / 4
+    return math.sqrt(lo * hi) if hi / lo > BRACKET else None
 
 
-def bisect(case: str, guess: float) -> dict:
-    """Bracket `guess` with a passing and a failing delta, then halve the bracket (log space) to BRACKET."""
-    lo, hi, runs = guess / 1.15, guess * 1.15, []
-
-    def failed(delta: float) -> bool:
-        result = measure(case, delta)
-        runs.append((delta, *result))
-        return result[0]
-
-    while failed(lo):
-        hi, lo = lo, lo / 4
-    while not failed(hi):
-        lo, hi = hi, hi * 4
-    while hi / lo > BRACKET:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if failed(mid) else (mid, hi)
-    detector = next(what for delta, fail, _, what in runs if delta == hi and fail)
-    return {"floor": hi, "passes_at": lo, "detected_by": detector, "runs": runs}
+def bisect_round(out: Path, states: dict[str, dict], round_no: int) -> None:
+    """One pytest process: every unfinished case at its next delta; updates the states."""
+    deltas = {case: next_delta(state) for case, state in states.items()}
+    deltas = {case: delta for case, delta in deltas.items() if delta is not None}
+    if not deltas:
+        return
+    report = out / f"bisect_round_{round_no}.jsonl"
+    run_pytest(sorted(deltas), report, deltas)
+    measured = load(report) if report.exists() else {}
+    for case, delta in deltas.items():
+        margin, what = worst(measured.get(case, {"checks": {}})["checks"])
+        state = states[case]
+        state["runs"].append((delta, margin, what))
+        if margin > 1.0:
+            state["floor"], state["detected_by"] = delta, what
+        else:
+            state["passes_at"] = delta
 
 
 def run_bisect(out: Path, only: str | None) -> None:
     runs0, *nudged = surveyed(out)
     floors_path = out / "floors.json"
     floors = json.loads(floors_path.read_text()) if floors_path.exists() else {}
+    states = {}
     for case in runs0:
         if (only and only not in case) or case in floors or not nudged[0].get(case, {}).get("nudged"):
             continue
         guess, _ = predicted_floor([runs0[case]["checks"], *(n[case]["checks"] for n in nudged)], SURVEY_DELTAS[1])
-        floors[case] = bisect(case, min(max(guess, GUESS_RANGE[0]), GUESS_RANGE[1]))
-        print(f"{floors[case]['floor']:.2e}  {case}  ({floors[case]['detected_by']})", flush=True)
+        guess = min(max(guess, GUESS_RANGE[0]), GUESS_RANGE[1])
+        states[case] = {"guess": guess, "floor": None, "passes_at": None, "detected_by": "", "runs": []}
+    for round_no in range(MAX_ROUNDS):
+        print(f"round {round_no}: {sum(next_delta(s) is not None for s in states.values())} cases", flush=True)
+        bisect_round(out, states, round_no)
+        floors.update({case: state for case, state in states.items() if next_delta(state) is None})
         floors_path.write_text(json.dumps(floors, indent=1))
 
 
