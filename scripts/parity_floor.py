@@ -78,6 +78,13 @@ def worst(checks: dict) -> tuple[float, str]:
     return max(((ratio(rec), key[0]) for key, rec in checks.items()), default=(0.0, ""))
 
 
+def nudged_margin(untampered: dict, nudged: dict) -> float:
+    """The largest e_patched / bound of a nudged run, each bound taken from the untampered run (the nudge changes only
+    the patched side, so the bound is the same)."""
+    ratios = (rec["e_patched"] / untampered[key]["bound"] for key, rec in nudged.items() if key in untampered)
+    return max((r for r in ratios if math.isfinite(r)), default=0.0)
+
+
 def predicted_floor(runs: list[dict], delta: float) -> tuple[float, str]:
     """Smallest t x delta at which a check reaches its bound, from runs at t = 0, 1, 2 (module docstring)."""
     best, where = math.inf, ""
@@ -159,20 +166,24 @@ def table(out: Path) -> None:
     runs0, run1, run2 = surveyed(out)
     floors_path = out / "floors.json"
     floors = json.loads(floors_path.read_text()) if floors_path.exists() else {}
-    print("| case | floor (bisected) | predicted | untampered e/bound | detected by |")
-    print("|---|---|---|---|---|")
+    print(
+        f"| case | floor (bisected) | predicted | untampered e/bound | e/bound at {SURVEY_DELTAS[1]:g} | detected by |"
+    )
+    print("|---|---|---|---|---|---|")
     for case in sorted(runs0):
         margin, _ = worst(runs0[case]["checks"])
         name = case.split("tests/", 1)[-1]
         if not run1.get(case, {}).get("nudged"):
-            print(f"| {name} | n/a: no trainer of its own to change | | {margin:.2f} | |")
+            print(f"| {name} | n/a: no trainer of its own to change | | {margin:.2f} | | |")
             continue
         checks = [runs0[case]["checks"], run1[case]["checks"], run2[case]["checks"]]
         guess, where = predicted_floor(checks, SURVEY_DELTAS[1])
         measured = floors.get(case)
         floor = f"{measured['floor']:.2e}" if measured else "-"
         detector = measured["detected_by"] if measured else where
-        print(f"| {name} | {floor} | {guess:.2e} | {margin:.2f} | {detector} |")
+        print(
+            f"| {name} | {floor} | {guess:.2e} | {margin:.2f} | {nudged_margin(checks[0], checks[1]):.2f} | {detector} |"
+        )
 
 
 def main(argv: list[str]) -> int:
