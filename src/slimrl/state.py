@@ -65,6 +65,7 @@ class TrainerState:
 
     shared_prefix_stats: Any = None  # slimrl.patches.shared_prefix.SharedPrefixStats, once a sharing seam ran
     step_start: Any = None  # slimrl.training.oom.StepStart of the optimizer step in progress
+    max_prompt_length: int | None = None  # the config's, for ORPO/CPO's tokenize_row (run before TRL sets self.args)
 
 
 def transformers_model(model):
