@@ -81,8 +81,8 @@ def worst(checks: dict) -> tuple[float, str]:
 def nudged_margin(untampered: dict, nudged: dict) -> float:
     """The largest e_patched / bound of a nudged run, each bound taken from the untampered run (the nudge changes only
     the patched side, so the bound is the same)."""
-    ratios = (rec["e_patched"] / untampered[key]["bound"] for key, rec in nudged.items() if key in untampered)
-    return max((r for r in ratios if math.isfinite(r)), default=0.0)
+    ratios = (ratio({**rec, "bound": untampered[key]["bound"]}) for key, rec in nudged.items() if key in untampered)
+    return max(ratios, default=0.0)
 
 
 def predicted_floor(runs: list[dict], delta: float) -> tuple[float, str]:
@@ -181,9 +181,8 @@ def table(out: Path) -> None:
         measured = floors.get(case)
         floor = f"{measured['floor']:.2e}" if measured else "-"
         detector = measured["detected_by"] if measured else where
-        print(
-            f"| {name} | {floor} | {guess:.2e} | {margin:.2f} | {nudged_margin(checks[0], checks[1]):.2f} | {detector} |"
-        )
+        at_delta = nudged_margin(checks[0], checks[1])
+        print(f"| {name} | {floor} | {guess:.2e} | {margin:.2f} | {at_delta:.2f} | {detector} |")
 
 
 def main(argv: list[str]) -> int:

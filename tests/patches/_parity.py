@@ -37,7 +37,7 @@ Why the tolerance is not a fixed rtol:
      rounding of the loss arithmetic itself (a KL metric of exp(d) - d - 1 with d ~ 1e-4 cancels in float32 where
      the linear layers round little): scalars keep K = 8, F = 16.
    - R * u * |r|: the rounding of the result itself (the floor when both errors above are zero): 8 ulps.
-   Measured (scripts/parity_margins.py over tests/patches and tests/ops; docs/_drafts/parity.md has the tables):
+   Measured (scripts/parity_margins.py over tests/patches and tests/ops; docs/parity.md has the tables):
    the largest e(patched) / bound is 0.65 with OMP_NUM_THREADS=1, 0.81 with MKL_CBWR=COMPATIBLE (the IPO gradient
    above) and 0.60 with ATEN_CPU_CAPABILITY=default; every case fails when one weight of the patched model changes
    by 1e-5 or less (scripts/parity_floor.py; the rule before, 8 e(stock) + 16 max e(perturbed) + 16 u |r|, needed
