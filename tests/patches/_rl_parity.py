@@ -44,6 +44,10 @@ SGD_LR, FULL_FT_SGD_LR = 0.1, 0.03
 def trl_classes(algorithm: str):
     import trl
 
+    if algorithm == "gmpo":  # experimental: a GRPOTrainer subclass
+        from trl.experimental.gmpo import GMPOConfig, GMPOTrainer
+
+        return GMPOConfig, GMPOTrainer
     return {"grpo": (trl.GRPOConfig, trl.GRPOTrainer), "rloo": (trl.RLOOConfig, trl.RLOOTrainer)}[algorithm]
 
 
@@ -80,7 +84,10 @@ def make_config(algorithm: str, output_dir: str, **overrides):
     return config_cls(**kw)
 
 
-def build_trainer(algorithm: str, model, args, peft_config=None, seed: int = 0, train_dataset=None):
+def build_trainer(
+    algorithm: str, model, args, peft_config=None, seed: int = 0, train_dataset=None, tokenizer=None, **trainer_kwargs
+):
+    """`trainer_kwargs`: other arguments of the trainer (GRPO's tools, environment_factory, rollout_func)."""
     _, trainer_cls = trl_classes(algorithm)
     torch.manual_seed(seed)  # TRL creates LoRA adapters from peft_config with the global RNG
     trainer = trainer_cls(
@@ -88,8 +95,9 @@ def build_trainer(algorithm: str, model, args, peft_config=None, seed: int = 0, 
         reward_funcs=reward_ids,
         args=args,
         train_dataset=train_dataset or dataset(),
-        processing_class=T.tokenizer(),
+        processing_class=tokenizer or T.tokenizer(),
         peft_config=copy.deepcopy(peft_config),
+        **trainer_kwargs,
     )
     trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by Trainer.train otherwise
     return trainer
@@ -111,15 +119,17 @@ def build_sides(
     peft_config=None,
     num_chunks: int | None = None,
     patched_config: dict | None = None,
+    trainer_kwargs: dict | None = None,
 ) -> Sides:
     """Stock, patched and reference trainers on the same weights; `num_chunks` and `patched_config` go to the patched
-    config only (slimrl's fields)."""
+    config only (slimrl's fields); `trainer_kwargs` to every side's trainer (see `build_trainer`)."""
     trainers = {}
     for side in Sides._fields:
         with side_state(side, algorithm):
             args = make_config(algorithm, output_dir, **side_config(side, config_kwargs, num_chunks, patched_config))
+            model = side_model(side, model_factory)
             trainers[side] = finish_side(
-                side, build_trainer(algorithm, side_model(side, model_factory), args, peft_config)
+                side, build_trainer(algorithm, model, args, peft_config, **(trainer_kwargs or {}))
             )
     return Sides(**trainers)
 
@@ -142,12 +152,18 @@ def micro_step(trainer, gen_batch, seed: int, trace: Trace) -> None:
 
 
 def run_sides(
-    algorithm: str, trainers: Sides, optimizer_steps: int = 2, lr: float | None = None, seed: int = 1234
+    algorithm: str,
+    trainers: Sides,
+    optimizer_steps: int = 2,
+    lr: float | None = None,
+    seed: int = 1234,
+    gen_batch: list[dict] | None = None,
 ) -> Sides:
-    """`optimizer_steps` steps on every side, in lock-step; each side's calls run in its own patch state."""
+    """`optimizer_steps` steps on every side, in lock-step; each side's calls run in its own patch state.
+    `gen_batch`: the generation batch's rows (default: `generation_batch` of the tiny prompts)."""
     if lr is None:
         lr = SGD_LR if hasattr(trainers.stock.model, "peft_config") else FULL_FT_SGD_LR
-    gen_batch = generation_batch(trainers.stock.args)
+    gen_batch = gen_batch or generation_batch(trainers.stock.args)
     traces = Sides(*(Trace() for _ in Sides._fields))
     for step in range(optimizer_steps):
         for micro in range(trainers.stock.args.gradient_accumulation_steps):

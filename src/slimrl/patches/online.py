@@ -9,14 +9,15 @@ Patched (beyond the shared set-up of trainer_setup.py):
    meaning (prompt_limit.py: `_tokenize_prompts` keeps a long prompt's last tokens); config checks: every numeric
    field's range (config_ranges.py), the learning-rate warning, batch geometry fitted or refused (validation.py).
 3. Trainer `__init__`: the dataset's columns and rows (data_checks.py, row_checks.py); every callable reward
-   function wrapped (rewards.py: keywords by signature, a parameter no column provides refused now, failures
-   named), a reward given as a string checked to be a loadable model; the model's `max_seq_length` against the
-   completion length and the dataset's longest prompt; around TRL's `__init__`, the engine's rollout config
-   (vllm_rollouts.engine_rollouts: `use_vllm` switched on for an attached engine, `vllm_sampling_params` checked and
-   copied into the config, visible to the VLLMGeneration seam).
+   function wrapped (rewards.py: keywords by signature, a parameter no column provides refused now unless a GRPO
+   `rollout_func` may provide it, failures named), a reward given as a string checked to be a loadable model; the
+   model's `max_seq_length` against the completion length and the dataset's longest prompt; around TRL's
+   `__init__`, the engine's rollout config (vllm_rollouts.engine_rollouts: `use_vllm` switched on for an attached
+   engine, `vllm_sampling_params` checked and copied into the config, visible to the VLLMGeneration seam).
 4. `_generate_single_turn`: FastLanguageModel.for_inference / for_training around every rollout (KV cache on,
-   checkpointing off, left padding; the training flag stays as TRL has it, so dropout sampling matches stock), and
-   the max_seq_length check on the actual prompts.
+   checkpointing off, left padding; the training flag stays as TRL has it, so dropout sampling matches stock), the
+   max_seq_length check on the actual prompts (the first turn's: multiturn.py), and each distinct prompt image
+   encoded once (shared_images.py).
 5. `VLLMGeneration`: rollouts on the model's own vLLM engine when FastLanguageModel.from_pretrained
    (fast_inference=True) attached one; in server mode with `vllm_server_sync` "adapter" (or "auto" off CUDA), TRL's
    server client with the LoRA adapter handed over through the server's LoRA endpoints (vllm_server.py); TRL's class
@@ -36,11 +37,12 @@ import functools
 from . import prompt_limit, shared_prefix_rules, validation
 from .compat import ONLINE_REMOVED, ONLINE_RENAMED
 from .data_checks import dataset_check
+from .multiturn import in_tool_turns
 from .rewards import check_policy, checked_rewards
 from .rollout_buffer import rollout_buffer_patches
 from .row_checks import rows_check
 from .seams import Patch
-from .shared_prefix import logprob_seam_patches
+from .shared_prefix import image_sharing, logprob_seam_patches
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
 from .vllm_rollouts import VLLM_GENERATION_USES, engine_rollouts, make_vllm_generation
 
@@ -64,7 +66,8 @@ def wrap_reward_functions(call: SetupCall) -> None:
     if rewards is None:
         return
     dataset = call.arguments.get("train_dataset")
-    columns = getattr(dataset, "column_names", None)
+    # GRPO's rollout_func may return extra fields, which TRL passes to the reward functions like columns
+    columns = None if call.arguments.get("rollout_func") is not None else getattr(dataset, "column_names", None)
     call.arguments["reward_funcs"] = checked_rewards(rewards, columns, call.args.slimrl_reward_errors)
 
 
@@ -91,7 +94,8 @@ def make_generate_single_turn(original):
         from ..models.fast_language_model import FastLanguageModel
 
         model = self.accelerator.unwrap_model(self.model)
-        validation.check_rollout_lengths(model, prompt_ids, self.max_completion_length)
+        if not in_tool_turns():  # a later turn's prompt holds the completion so far (multiturn.py)
+            validation.check_rollout_lengths(model, prompt_ids, self.max_completion_length)
         was_training = model.training
         FastLanguageModel.for_inference(model)
         if was_training:
@@ -99,7 +103,8 @@ def make_generate_single_turn(original):
             # (and the RNG stream after them). Cache on and checkpointing off change no numbers, so they stay.
             model.train()
         try:
-            return original(self, prompt_ids, *args, **kwargs)
+            with image_sharing(self):  # each distinct prompt image encoded once in the prefill
+                return original(self, prompt_ids, *args, **kwargs)
         finally:
             if was_training:
                 FastLanguageModel.for_training(model)
