@@ -5,7 +5,8 @@
 
 Prints, per kind of compared quantity (loss, grad, param, metric, input, output, logged), the number of checks, the
 largest e_patched / bound (the margin: must stay below 1), the largest e_patched / e_stock, and the check where the
-margin is tightest.
+margin is tightest; then each negative control's largest e_patched / bound (must stay above 1: record the controls
+with SLIMRL_PARITY_SURVEY=1, which records every check instead of stopping at the first failure) and the weakest.
 """
 
 from __future__ import annotations
@@ -31,22 +32,52 @@ def kind_of(what: str) -> str:
     )
 
 
-def summarise(paths: list[str]) -> list[tuple]:
-    rows = defaultdict(list)
+CONTROL_MARKS = ("_fails", "negative_control")  # the negative controls' test names
+
+
+def is_control(test: str) -> bool:
+    return any(mark in test.split("::")[-1] for mark in CONTROL_MARKS)
+
+
+def records(paths: list[str]):
+    """Every recorded check (not the nudge notes of scripts/parity_floor.py)."""
     for path in paths:
         with open(path) as f:
             for line in f:
                 rec = json.loads(line)
-                rows[kind_of(rec["what"])].append(rec)
+                if rec["what"] != "nudge":
+                    yield rec
+
+
+def margin(rec: dict) -> float:
+    if rec.get("exact"):
+        return float("inf")
+    return rec["e_patched"] / rec["bound"] if rec["bound"] else 0.0
+
+
+def controls(paths: list[str]) -> dict[str, float]:
+    """Each negative control's largest e_patched / bound."""
+    worst: dict[str, float] = {}
+    for rec in records(paths):
+        if is_control(rec["test"]):
+            worst[rec["test"]] = max(worst.get(rec["test"], 0.0), margin(rec))
+    return worst
+
+
+def summarise(paths: list[str]) -> list[tuple]:
+    rows = defaultdict(list)
+    for rec in records(paths):
+        if not is_control(rec["test"]):
+            rows[kind_of(rec["what"])].append(rec)
     table = []
     for kind, recs in sorted(rows.items()):
-        worst = max(recs, key=lambda r: r["e_patched"] / r["bound"] if r["bound"] else 0.0)
+        worst = max(recs, key=margin)
         ratio = max((r["e_patched"] / r["e_stock"] for r in recs if r["e_stock"] > 0), default=0.0)
         table.append(
             (
                 kind,
                 len(recs),
-                worst["e_patched"] / worst["bound"] if worst["bound"] else 0.0,
+                margin(worst),
                 ratio,
                 f"{worst['test']} :: {worst['what']}",
             )
@@ -60,8 +91,14 @@ def main(argv: list[str]) -> int:
         return 2
     print("| kind | checks | max e_patched / bound | max e_patched / e_stock | tightest |")
     print("|---|---|---|---|---|")
-    for kind, n, margin, ratio, where in summarise(argv):
-        print(f"| {kind} | {n} | {margin:.3f} | {ratio:.2f} | {where} |")
+    for kind, n, tightest, ratio, where in summarise(argv):
+        print(f"| {kind} | {n} | {tightest:.3f} | {ratio:.2f} | {where} |")
+    worst = controls(argv)
+    if worst:
+        print("\n| negative control | largest e_patched / bound |\n|---|---|")
+        for test, value in sorted(worst.items(), key=lambda item: item[1]):
+            print(f"| {test} | {value:.2f} |")
+        print(f"\nweakest negative control: {min(worst.values()):.2f}")
     return 0
 
 

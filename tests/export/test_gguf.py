@@ -24,7 +24,7 @@ def test_f32_round_trip_is_exact_and_a_small_error_fails(peft_model, tmp_path):
     loaded, loaded_tokenizer = _load(path)
     for prompt in PROMPTS:
         assert_same_logits(logits(model, tokenizer, prompt), logits(loaded, loaded_tokenizer, prompt), F32_ATOL)
-    # negative control: 0.1% on one permuted, LoRA-merged weight must fail the same comparison
+    # negative control: layer 0's q_proj matrix (permuted, LoRA-merged) x 1.001 must fail the same comparison
     with torch.no_grad():
         loaded.model.layers[0].self_attn.q_proj.weight.mul_(1.001)
     with pytest.raises(AssertionError, match="logits differ"):

@@ -203,7 +203,12 @@ def float64_model(model_type: str):
     return model
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen3", "gemma"])
+# float64_model cannot build these: gemma2 refuses SDPA, gemma3_text's rotary keeps no inv_freq to recompute exactly,
+# and the MoE experts' grouped matmul takes no float64
+FLOAT64_UNBUILT = {"gemma2", "gemma3_text", "mixtral", "qwen3_moe"}
+
+
+@pytest.mark.parametrize("model_type", sorted(VERIFIED_MODEL_TYPES - FLOAT64_UNBUILT))
 def test_hidden_states_exact_in_float64(model_type):
     """In float64 the packing is exact (no rounding hides a wrong mask or position): 1e-12, where float32 needs 1e-5."""
     want, got = packed_hidden(float64_model(model_type), *batch())

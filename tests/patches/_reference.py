@@ -22,6 +22,12 @@ with float32-sized rounding noise (Monte Carlo arithmetic, drawn three times).
 4. One draw of a scalar is a coin toss (it lands below a tenth of its typical size one time in ten), so _parity
    draws three times (three perturbed sides, other seeds) and takes the largest error: all three land that low one
    time in a thousand. Two draws left the MKL AVX2 emulation's tightest loss at 0.68 of its bound.
+5. Discrete decisions TRL takes on float32 values are taken on float32 values on the float64 sides too. GRPO's
+   entropy mask (`top_entropy_quantile`) rounds the entropies to float32 for its quantile (`.float()`) and compares
+   the unrounded entropies with that threshold: in float64 the two sit on different grids, and where duplicate
+   completions tie at the threshold the reference dropped the tied tokens that every float32 side keeps (3 tokens
+   of 18, then 1: every side then differed from the reference by 3.8e-3 in the final weights, and the case could
+   not see a change below 3e-4). The float64 sides' mask is TRL's own function on their entropies rounded to float32.
 """
 
 from __future__ import annotations
@@ -162,3 +168,13 @@ def perturb_rounding(model, seed: int) -> None:
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
             module.register_forward_hook(round_like_float32)
+
+
+def float32_entropy_decisions(trainer) -> None:
+    """A float64 side's GRPO entropy mask decided on its entropies rounded to float32 (point 5 of the docstring)."""
+    decide = type(trainer).get_high_entropy_mask
+
+    def get_high_entropy_mask(entropies, mask, threshold):
+        return decide(trainer, entropies.float().to(entropies.dtype), mask, threshold)
+
+    trainer.get_high_entropy_mask = get_high_entropy_mask

@@ -28,6 +28,7 @@ from _parity import (
     assert_metrics_match,
     assert_steps_match,
     finish_side,
+    record_step_gradients,
     sgd_step,
     side_model,
     side_state,
@@ -193,11 +194,13 @@ def train_side(
     num_chunks: int | None = None,
     seed: int = 0,
 ):
-    """Build and `train()` one side (a field of `Sides`); returns the trainer."""
+    """Build and `train()` one side (a field of `Sides`); returns the trainer, with the gradients of each optimizer
+    step in `trainer.step_gradients` (`_parity.record_step_gradients`)."""
     with side_state(side, algorithm):
         args = make_config(algorithm, output_dir, **side_config(side, config_kwargs, num_chunks))
         trainer = finish_side(
             side, build_trainer(algorithm, side_model(side, model_factory), args, peft_config, seed=seed)
         )
+        trainer.step_gradients = record_step_gradients(trainer)
         trainer.train()
     return trainer

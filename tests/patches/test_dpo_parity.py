@@ -149,7 +149,7 @@ def test_unsloth_style_script(tmp_path, saved_model, unpatched):
 
 def test_train_end_to_end_matches_stock(tmp_path, unpatched):
     """`trainer.train()` for 2 steps (TRL's own loop, SGD optimizer, gradient checkpointing on, logging every step):
-    same logged loss and DPO metrics and the same final adapter."""
+    same logged loss and DPO metrics, the same gradients at each optimizer step and the same final adapter."""
     config = dict(
         max_steps=2,
         optim="sgd",
@@ -168,7 +168,8 @@ def test_train_end_to_end_matches_stock(tmp_path, unpatched):
                 H.make_config(ALGO, str(tmp_path), **config, **extra),
                 T.lora_config(),
             )
-            P.finish_side(side, trainer).train()
+            trainer.step_gradients = P.record_step_gradients(P.finish_side(side, trainer))
+            trainer.train()
         return trainer
 
     trainers = P.Sides(*(train(side) for side in P.Sides._fields))
@@ -187,6 +188,7 @@ def test_train_end_to_end_matches_stock(tmp_path, unpatched):
         assert all(len(values) == 2 for values in logged), key
         P.check_sides(f"logged {key}", P.Sides(*logged))
     assert T.logged(trainers.patched, "peak_memory_gb") and not T.logged(trainers.stock, "peak_memory_gb")
+    P.assert_step_gradients_match(P.Sides(*(t.step_gradients for t in trainers)))
     params = [P.trainable(t.model) for t in trainers]
     for name in params[0]:
         P.check_sides(f"final {name}", P.Sides(*(p[name].detach() for p in params)))

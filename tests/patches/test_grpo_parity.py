@@ -225,7 +225,8 @@ def test_rollouts_have_ragged_shapes(tmp_path, unpatched):
 
 def test_train_end_to_end_matches_stock(tmp_path, unpatched):
     """`trainer.train()` for 2 steps (real rollouts through for_inference/for_training, gradient checkpointing on,
-    TRL's optimizer loop): same logged loss, reward, KL, entropy and final parameters."""
+    TRL's optimizer loop): same logged loss, reward, KL, entropy, gradients at each optimizer step and final
+    parameters."""
     config = dict(
         max_steps=2,
         loss_type="dapo",
@@ -246,6 +247,7 @@ def test_train_end_to_end_matches_stock(tmp_path, unpatched):
         assert all(len(values) == 2 for values in logged), key
         P.check_sides(f"logged {key}", P.Sides(*logged))
     assert T.logged(trainers.patched, "peak_memory_gb") and not T.logged(trainers.stock, "peak_memory_gb")
+    P.assert_step_gradients_match(P.Sides(*(t.step_gradients for t in trainers)))
     params = [P.trainable(t.model) for t in trainers]
     assert params[0].keys() == params[1].keys() == params[2].keys()
     for name in params[0]:

@@ -112,11 +112,14 @@ def test_patched_step_never_allocates_full_logits(tmp_path, unpatched):
         patched_peak = _peak_numel(patched, batch)
     assert stock_peak >= full_logits, "negative control: stock holds [2B, T, V] logits"
     assert LeanLogProbFunction.last_forward_chunks == LeanLogProbFunction.last_backward_chunks == 8
-    assert patched_peak <= full_logits / 4, f"patched allocated {patched_peak} elements ({full_logits} = 2B*T*V)"
+    # 8 chunks of the 76 scored positions: one chunk's fp32 logits, 10 x V = 1/12 of 2B x T x V
+    assert patched_peak * 12 <= full_logits, f"patched allocated {patched_peak} elements ({full_logits} = 2B*T*V)"
 
 
 def test_lora_on_lm_head_falls_back_to_stock_with_warning(tmp_path, unpatched):
-    lora = H.lora_config(target_modules=["q_proj", "lm_head"])
+    # gate_proj too: with adapters on q_proj and lm_head only, the nearest trained weights sit a layer away from the
+    # MLP weight scripts/parity_floor.py changes, and a change of 1.7e-5 was needed to fail (1e-5 elsewhere)
+    lora = H.lora_config(target_modules=["q_proj", "gate_proj", "lm_head"])
     trainers = H.build_sides(ALGO, lambda: T.tiny_model(0), {}, str(tmp_path), lora)
     with pytest.warns(UserWarning, match=r"ORPOTrainer.concatenated_forward runs stock.*not a plain torch.nn.Linear"):
         traces = H.run_sides(ALGO, trainers, optimizer_steps=1)

@@ -3,13 +3,13 @@
 1. The patched loss scaled by 1.001 (a 0.1% error): the loss comparison alone fails, and the gradients' too.
    GRPO, DPO and ORPO (the three harness families).
 2. A wrong chunk: the second of three chunks of slimrl's head computes logits 0.1% off (forward and backward).
-3. A changed weight (1e-3 on one weight of the patched model) and a changed hyper-parameter (ORPO's beta).
+3. A changed weight (2e-5 on one weight of the patched model, `_parity.nudge_one_weight`) and a changed
+   hyper-parameter (ORPO's beta).
 A stale vLLM engine (rollouts from weights one step old) is the vLLM tier's control
 (tests/generation/test_vllm_tier.py).
 """
 
 import pytest
-import torch
 
 from slimrl.ops import lean_logprob
 
@@ -20,6 +20,7 @@ import _rl_parity as R
 import _tiny as T
 
 GRPO_CASE = dict(loss_type="dapo", beta=0.04, num_iterations=2)
+WEIGHT_CHANGE = 2e-5  # twice the largest detection floor of the suite (scripts/parity_floor.py)
 
 
 def _failing(traces, kind: str) -> list[str]:
@@ -115,9 +116,7 @@ def test_wrong_chunk_fails(family, tmp_path, unpatched, monkeypatch):
 @pytest.mark.parametrize("family", ["grpo", "dpo"])
 def test_changed_weight_fails(family, tmp_path, unpatched):
     def nudge(trainers):
-        with torch.no_grad():
-            base = trainers.patched.model.get_base_model()
-            base.model.layers[0].mlp.up_proj.weight[0, 0] += 1e-3
+        assert P.nudge_one_weight(trainers.patched.model, WEIGHT_CHANGE).endswith("layers.0.mlp.up_proj.weight")
 
     run, assert_match = HARNESSES[family]
     with pytest.raises(AssertionError):

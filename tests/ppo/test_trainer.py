@@ -285,17 +285,16 @@ def test_config_checks_name_the_field(tmp_path):
     assert isinstance(args, PPOConfig) and args.max_completion_length == args.response_length
 
 
-def test_no_tensor_of_batch_x_length_x_vocab_is_allocated(tmp_path):
-    """Every log-prob goes through the lean head: the largest new tensor of a PPO step (rollout included) holds at
-    most the response tokens' scores (B x C x V), never B x T x V; a full-logits forward (the negative control)
-    allocates B x T x V."""
+def _largest_new_tensor(run) -> int:
+    """Elements of the largest storage any op allocates while `run()` runs (views and in-place results of an input
+    share its storage and are not allocations)."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
     def storages(tree):
         return {t.untyped_storage().data_ptr() for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)}
 
-    class LargestNew(TorchDispatchMode):  # the largest newly allocated storage (views of inputs do not count)
+    class LargestNew(TorchDispatchMode):
         largest = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -306,13 +305,44 @@ def test_no_tensor_of_batch_x_length_x_vocab_is_allocated(tmp_path):
                     self.largest = max(self.largest, t.untyped_storage().nbytes() // t.element_size())
             return out
 
-    trainer = lora_trainer(tmp_path, max_steps=1, response_length=8)
     with LargestNew() as recorder:
-        trainer.train()
+        run()
+    return recorder.largest
+
+
+CHUNKED_VOCAB = 4096  # B x C x V (8 x 8 x 4096 = 262k) dwarfs every weight (V x H = 131k) and activation
+
+
+def _step_peak(tmp_path, num_chunks: int) -> tuple[int, int, int, int]:
+    """(largest new tensor of one PPO step, rollout included; rows; response columns; full row width)."""
+    from slimrl.testing import tiny_llama, tiny_tokenizer
+
+    trainer = PPOTrainer(
+        args=ppo_config(tmp_path, max_steps=1, response_length=8, slimrl_num_chunks=num_chunks),
+        processing_class=tiny_tokenizer(CHUNKED_VOCAB),
+        model=tiny_llama(vocab_size=CHUNKED_VOCAB),
+        reward_model=low_id_reward,
+        train_dataset=prompts(),
+        peft_config=lora_config(),
+    )
+    largest = _largest_new_tensor(trainer.train)
     batch = trainer._buffer
-    rows, width = batch.input_ids.shape
-    response = batch.response_mask.shape[1]
-    assert recorder.largest <= rows * response * VOCAB < rows * width * VOCAB, (recorder.largest, rows, width)
-    with LargestNew() as control, torch.no_grad():
-        trainer.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
-    assert control.largest >= rows * width * VOCAB
+    return largest, batch.input_ids.shape[0], batch.response_mask.shape[1], batch.input_ids.shape[1]
+
+
+def test_no_tensor_of_batch_x_length_x_vocab_is_allocated(tmp_path):
+    """Every log-prob goes through the lean head, in row chunks of the response tokens: with 4 chunks the largest new
+    tensor of a PPO step (rollout included) is one chunk's logits, a quarter of the response's [B, C, V], and no
+    [B, C, V] (let alone [B, T, V]) tensor exists. Controls: one chunk allocates the response's [B, C, V] logits (the
+    recorder sees them when they exist), and a plain forward allocates [B, T, V]."""
+    from slimrl.testing import tiny_llama
+
+    largest, rows, response, width = _step_peak(tmp_path / "chunked", num_chunks=4)
+    response_logits = rows * response * CHUNKED_VOCAB
+    assert largest <= -(-rows * response // 4) * CHUNKED_VOCAB < response_logits, (largest, rows, response)
+    unchunked, *_ = _step_peak(tmp_path / "one-chunk", num_chunks=1)
+    assert unchunked >= response_logits, (unchunked, response_logits)
+    model, ids = tiny_llama(vocab_size=CHUNKED_VOCAB), torch.randint(3, CHUNKED_VOCAB, (rows, width))
+    with torch.no_grad():
+        full = _largest_new_tensor(lambda: model(input_ids=ids))
+    assert full >= rows * width * CHUNKED_VOCAB > response_logits
