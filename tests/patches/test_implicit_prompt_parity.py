@@ -76,8 +76,8 @@ PREF_CASES = {  # (algorithm, format, config of every side, patched side's extra
 # Open: under the rule of _parity.py (tensors K = 2, F = 1) this IPO case's second-step gradients with sharing land
 # at up to 1.33 of their bound (v_proj lora_B: patched 1.8e-4 from the float64 value, stock 3.2e-5, sigma 5.6e-5;
 # every other case of the suite <= 0.65). Not yet measured whether that is IPO's cancellation (_parity.py, point 2)
-# or a shared-prefix difference; strict, so the mark must go when the case passes.
-UNDER_STUDY = pytest.mark.xfail(strict=True, reason="IPO + sharing: second-step gradients at 1.33 of the bound")
+# or a shared-prefix difference. Not strict: a CPU that rounds otherwise may pass it.
+UNDER_STUDY = pytest.mark.xfail(strict=False, reason="IPO + sharing: second-step gradients at 1.33 of the bound")
 
 
 @pytest.mark.parametrize(
