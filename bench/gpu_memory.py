@@ -42,7 +42,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import pin_threads, run_self  # noqa: E402
+from _common import pin_threads, results_path, run_self, write_results  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PARTS = ("grpo", "bisect", "pref")
@@ -146,9 +146,7 @@ SKIPPED = {"error": "skipped: no time left before --deadline"}
 
 
 def save(rows: list[dict], path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump({"rows": rows}, f, indent=1)
+    write_results(path, rows)
 
 
 def run_parts(a) -> list[dict]:
@@ -331,8 +329,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--smoke", action="store_true", help=f"CPU, toy model, seconds: {SMOKE}")
-    p.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "gpu_memory.json"))
-    p.add_argument("--report", nargs="+", help="print the table of these JSON files and exit")
+    p.add_argument("--json", help="the results file (default: bench/results/gpu_memory.json, or *_report.json)")
+    p.add_argument("--report", nargs="+", help="print the table of these JSON files, write it to --json, and exit")
     p.add_argument("--child", choices=["grpo", "pref"], help=argparse.SUPPRESS)
     p.add_argument("--arm", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
@@ -353,8 +351,13 @@ def main(argv=None) -> int:
     from _gpu_report import render
 
     if a.report:
-        print(render([r for path in a.report for r in json.load(open(path))["rows"]]))
+        parts = {path: json.load(open(path)) for path in a.report}
+        rows = [r for part in parts.values() for r in part["rows"]]
+        print(render(rows))
+        inputs = {path: part.get("provenance") for path, part in parts.items()}
+        write_results(a.json or results_path("gpu_memory_report"), {"inputs": inputs, "rows": rows})
         return 0
+    a.json = a.json or results_path("gpu_memory")
     if a.smoke:
         a.device, a.models, a.lengths, a.pref_length = "cpu", SMOKE["models"], SMOKE["lengths"], SMOKE["pref_length"]
         a.start, a.resolution, a.maximum, a.steps = SMOKE["start"], SMOKE["resolution"], SMOKE["maximum"], 2
