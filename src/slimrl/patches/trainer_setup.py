@@ -22,10 +22,10 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
    every model given (`precompute_ref_log_probs` runs a reference pass inside TRL's `__init__`). TRL's `__init__`
    then gets the adapted arguments. After it: the knob on the models TRL ended up with (a reference it loaded itself
    included) and the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
-4. `training_step`: the step's peak memory (CUDA max allocated, or peak RSS on CPU) as the `peak_memory_gb` metric,
-   in the trainer's own metric store (`_metrics`, or `_stored_metrics` for the older ORPO/CPO trainers); an
-   out-of-memory error, or a peak over `slimrl_max_memory_gb`, stops training with the last completed step's
-   checkpoint kept (slimrl.training.oom).
+4. `training_step`: the memory high-water mark at the step's end (CUDA max allocated, or VmHWM on CPU; read, never
+   reset: slimrl.memory) as the `peak_memory_gb` metric, in the trainer's own metric store (`_metrics`, or
+   `_stored_metrics` for the older ORPO/CPO trainers); an out-of-memory error, or a step that raises the mark over
+   `slimrl_max_memory_gb`, stops training with the last completed step's checkpoint kept (slimrl.training.oom).
 5. `train(resume_from_checkpoint=...)`: the checkpoint checked whole first (resume_checks.py).
 """
 
@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..memory import gib, peak_memory_bytes, reset_peak_memory
+from ..memory import gib, measure_step
 from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..notices import notice
 from ..ops.chunking import set_num_chunks, validate_num_chunks
@@ -283,11 +283,10 @@ def record_metric(trainer, name: str, value: float) -> None:
 def make_training_step(original):
     @functools.wraps(original)
     def training_step(self, *args, **kwargs):
-        device = self.accelerator.device
-        reset_peak_memory(device)
-        output = oom.guarded_step(self, lambda: original(self, *args, **kwargs))
-        peak = peak_memory_bytes(device)
-        record_metric(self, "peak_memory_gb", round(gib(peak), 4))
+        output, peak = measure_step(
+            lambda: oom.guarded_step(self, lambda: original(self, *args, **kwargs)), self.accelerator.device
+        )
+        record_metric(self, "peak_memory_gb", round(gib(peak.after), 4))
         oom.check_budget(self, peak)
         return output
 
