@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import _ci_mode
+import _tier_budget
 
 ROOT = Path(__file__).parents[1]
 RUNNER = ROOT / "scripts" / "test.sh"
@@ -99,3 +100,23 @@ def test_strict_mode_fails_a_skip_for_a_missing_package_and_keeps_other_skips(tm
 def test_without_strict_mode_every_skip_stays_a_skip(tmp_path):  # the negative control
     out = _run_skipping_tests(tmp_path, False)
     assert "4 skipped" in out and "failed" not in out and "error" not in out, out
+
+
+def test_every_test_moved_to_the_slow_tier_exists_and_says_why():
+    for key, reason in _tier_budget.MOVED_TO_SLOW.items():
+        path, _, name = key.partition("::")
+        assert (ROOT / path).is_file(), f"{key}: no such file"
+        function = name.split("::")[-1].split("[")[0]
+        assert not function or re.search(rf"^\s*def {re.escape(function)}\(", (ROOT / path).read_text(), re.M), key
+        assert len(reason.split()) >= 4, f"{key}: say why it left the default tier"
+
+
+def test_a_moved_test_is_marked_slow_and_the_default_tier_does_not_collect_it(request):
+    assert _tier_budget.moved("tests/x.py::test_y[3]") is None  # the negative control: an unlisted test stays
+    key = next(iter(_tier_budget.MOVED_TO_SLOW))
+    assert _tier_budget.moved(key) == key and _tier_budget.moved(key + "::test_a[1]") == key
+    formats = "tests/patches/test_dataset_formats.py::test_patched_accepts_what_stock_accepts"
+    assert _tier_budget.moved(f"{formats}[kto-standard_preference]") and not _tier_budget.moved(f"{formats}[dpo-x]")
+    if "not slow" in request.config.option.markexpr:
+        collected = [item.nodeid for item in request.session.items if _tier_budget.moved(item.nodeid)]
+        assert collected == [], "the marker came after -m selected: _tier_budget's hook must run first"
