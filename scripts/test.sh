@@ -32,6 +32,8 @@ for tier in "${selected[@]}"; do
     is_tier "$tier" || { echo "unknown tier '$tier': one of ${TIERS[*]} ${NOT_IN_CI[*]}" >&2; exit 2; }
 done
 export SLIMRL_CI="${SLIMRL_CI:-1}"
+# each tier's log names its 25 slowest tests, so the time each tier takes (the table at the end) can be traced
+export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:---durations=25}"
 
 cpu_of_children() {  # the CPU seconds (user + system) of every finished child of this shell so far
     local out
