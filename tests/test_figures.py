@@ -25,6 +25,15 @@ KNOWN_MISSING = [
     ("| `--max_steps` | 30 | -1 (epochs) | 6-13 min on a 2-core CPU |", "bench/embedded_grpo.py"),
     ("| wall time, install included (load + eval before", "bench/embedded_grpo.py"),
     ("Two more runs of the same recipe (1 thread each", "bench/embedded_grpo.py"),
+    # distillation.md, online-trainers.md, vision.md (their JSON at bench/results/ predates the provenance convention)
+    ("Stock GKD and GOLD run the student, keep its logits for the backward", "bench/distill_memory.py"),
+    (
+        "| trainer | stock peak GiB | slimrl peak GiB | peak ratio | stock working GiB",
+        "bench/distill_memory.py, bench/online_memory.py",
+    ),
+    ("GKD and GOLD train off-policy here (`lmbda=0`)", "bench/distill_memory.py"),
+    ("`tests/cli/test_embedded_gkd_slow.py` (slow tier: about 30 minutes", "no script: a test's duration"),
+    ("| arm | peak RSS | s/step | images encoded (3 steps) |", "bench/vision_memory.py"),
     # export.md
     ("| export | size | completions equal to the adapter's |", "bench/export_roundtrip.py"),
     ("`tests/export/` (default tier, ~15 s)", "no script: a test file's duration"),
