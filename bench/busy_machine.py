@@ -278,20 +278,20 @@ def main() -> int:
             f"| {r['arm']} | {r['threads']} | {r['quiet_s']:.3f} | {r['busy_s']:.3f} | {r['slowdown']:.2f}x | {rate} |"
         )
     print(f"\nleast degraded beside {opts.competitors} {opts.competitor} competitors: {best['arm']}")
-    os.makedirs(os.path.dirname(opts.output), exist_ok=True)
-    with open(opts.output, "w") as f:
-        json.dump(
-            {
-                "options": {k: v for k, v in vars(opts).items() if not k.startswith("_")},
-                "cores": len(cores or allowed),
-                "load_before": load,
-                "rows": rows,
-                "raw": results,
-                "best": best["arm"],
-            },
-            f,
-            indent=2,
-        )
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from _common import write_results
+
+    write_results(
+        opts.output,
+        {
+            "options": {k: v for k, v in vars(opts).items() if not k.startswith("_")},
+            "cores": len(cores or allowed),
+            "load_before": load,
+            "rows": rows,
+            "raw": results,
+            "best": best["arm"],
+        },
+    )
     return 0
 
 

@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import pin_threads  # noqa: E402
+from _common import pin_threads, results_path, write_results  # noqa: E402
 
 MiB = 1024**2
 
@@ -108,6 +108,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="OMP/MKL threads per process")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--quick", action="store_true", help="V=32k, C=32, 1 step")
+    p.add_argument("--json", default=results_path("ddp_memory"), help="the results file")
     p.add_argument("--child", choices=["stock", "slimrl"], help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
@@ -129,6 +130,7 @@ def main(argv=None) -> int:
         f"{a.device}, {a.threads} thread(s) per process"
     )
     print(table(rows))
+    write_results(a.json, rows)
     return 0
 
 

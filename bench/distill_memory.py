@@ -33,7 +33,17 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from preference_memory import LORA_TARGETS, table_lines  # noqa: E402
 
-from _common import GiB, OverallPeak, PhasePeak, pin_threads, render, run_self, start_watchdog, step_timer  # noqa: E402
+from _common import (  # noqa: E402
+    GiB,
+    OverallPeak,
+    PhasePeak,
+    pin_threads,
+    render,
+    run_self,
+    start_watchdog,
+    step_timer,
+    write_results,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINERS = ("gkd", "gold", "distillation")
@@ -218,10 +228,8 @@ def main(argv=None) -> int:
     )
     print(title)
     print(render(*table_lines(rows), a.markdown))
-    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-    with open(a.json, "w") as f:
-        args = {k: v for k, v in vars(a).items() if k not in ("child", "trainer")}
-        json.dump({"title": title, "args": args, "rows": rows}, f, indent=2)
+    args = {k: v for k, v in vars(a).items() if k not in ("child", "trainer")}
+    write_results(a.json, {"title": title, "args": args, "rows": rows})
     return 0
 
 

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from _common import results_path, write_results
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -22,6 +24,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS / MKL_NUM_THREADS for the run")
     parser.add_argument("--output_dir", default="outputs/bench-embedded-grpo")
+    parser.add_argument("--json", default=results_path("embedded_grpo"), help="the results file")
     parser.add_argument("extra", nargs="*", help="extra flags for slimrl grpo (after --)")
     args = parser.parse_args()
     env = dict(
@@ -75,10 +78,8 @@ def main() -> int:
         "kl_last": steps[-1].get("kl") if steps else None,
         "steps_averaged": k,
     }
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "embedded_grpo.json"), "w") as f:
-        json.dump(result, f, indent=2)
     print(json.dumps(result, indent=2))
+    write_results(args.json, result)
     return 0
 
 

@@ -20,7 +20,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import pin_threads  # noqa: E402
+from _common import pin_threads, results_path, write_results  # noqa: E402
 
 
 def _sizes(path: str) -> int:
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--prefix_tokens", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", default=results_path("export_roundtrip"), help="the results file")
     args = parser.parse_args()
     pin_threads(args.threads)
 
@@ -113,9 +113,7 @@ def main() -> None:
         del model
     for name, row in results.items():
         print(name, json.dumps({k: v for k, v in row.items() if k != "examples"}))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=2)
+    write_results(args.out, results)
 
 
 if __name__ == "__main__":

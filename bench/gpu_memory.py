@@ -40,7 +40,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import pin_threads, run_self  # noqa: E402
+from _common import pin_threads, results_path, run_self, write_results  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PARTS = ("grpo", "bisect", "pref")
@@ -152,9 +152,7 @@ class Runner:
 def save(rows: list[dict], run_meta: dict, out: str, also: str | None = None) -> None:
     os.makedirs(out, exist_ok=True)
     for path in [os.path.join(out, "gpu_memory.json")] + ([also] if also else []):
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump({"meta": run_meta, "rows": rows}, f, indent=1)
+        write_results(path, {"meta": run_meta, "rows": rows})
 
 
 def run_grpo(r: Runner, model: str) -> None:
@@ -246,7 +244,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "gpu_memory"), help="results folder")
-    p.add_argument("--json", help="also write the rows (and meta) to this file")
+    p.add_argument("--json", help="also write the results file here (with --report: the joined rows)")
     p.add_argument("--unsloth-site", default=os.environ.get("UNSLOTH_SITE"), help="Unsloth's own package folder")
     p.add_argument("--model-dir", default="/tmp/slimrl-bench-models", help="model folders the Unsloth arm loads")
     p.add_argument("--report", nargs="+", help="print the tables of these JSON files and exit")
@@ -281,8 +279,11 @@ def main(argv=None) -> int:
     from _gpu_report import render
 
     if a.report:
-        files = [json.load(open(path)) for path in a.report]
-        print(render([row for f in files for row in f["rows"]], [f.get("meta", {}) for f in files]))
+        files = {path: json.load(open(path)) for path in a.report}
+        rows = [row for f in files.values() for row in f["rows"]]
+        print(render(rows, [f.get("meta", {}) for f in files.values()]))
+        inputs = {path: f.get("provenance") for path, f in files.items()}
+        write_results(a.json or results_path("gpu_memory_report"), {"inputs": inputs, "rows": rows})
         return 0
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     runner = run_parts(a)

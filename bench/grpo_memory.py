@@ -27,7 +27,16 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, OverallPeak, PhasePeak, pin_threads, run_self, step_timer  # noqa: E402
+from _common import (  # noqa: E402
+    GiB,
+    OverallPeak,
+    PhasePeak,
+    pin_threads,
+    results_path,
+    run_self,
+    step_timer,
+    write_results,
+)
 
 MiB = 1024**2
 
@@ -256,6 +265,7 @@ def main(argv=None) -> int:
     p.add_argument("--kernel", action="store_true", help="benchmark the log-prob op alone (TRL vs slimrl)")
     p.add_argument("--variants", nargs="+", default=["trl-stock", "trl-compact", "slimrl-auto", "slimrl-8"])
     p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--json", default=results_path("grpo_memory"), help="the results file")
     p.add_argument("--child", choices=["stock", "slimrl", "kernel"], help=argparse.SUPPRESS)
     p.add_argument("--variant", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -280,6 +290,7 @@ def main(argv=None) -> int:
     common = ["--threads", str(a.threads), "--device", a.device]
 
     if a.kernel:
+        kernel_rows = []
         print(f"# log-prob op alone: 8 rows x (16 + C) tokens, H=256, fp32, fwd+bwd, {a.threads} thread(s)")
         print(f"{'vocab':>7} {'C':>5} {'variant':>12} {'working MiB':>12} {'s':>7}")
         for vocab, completion in configs:
@@ -300,12 +311,14 @@ def main(argv=None) -> int:
                     ],
                     a.threads,
                 )
+                kernel_rows.append({"vocab": vocab, "completion": completion, "variant": variant, **r})
                 if "error" in r:
                     print(f"{vocab:>7} {completion:>5} {variant:>12} {r['error']}")
                     continue
                 print(
                     f"{vocab:>7} {completion:>5} {variant:>12} {r['working'] / MiB:>12.0f} {r['s']:>7.2f}", flush=True
                 )
+        write_results(a.json, kernel_rows)
         return 0
 
     rows = []
@@ -332,6 +345,7 @@ def main(argv=None) -> int:
         print(json.dumps(row), file=sys.stderr, flush=True)
     print(f"# GRPO, tiny Llama 4x256, LoRA r=16, G=8, {a.steps} steps, {a.device}, {a.threads} thread(s)")
     print(_fmt_table(rows, a.markdown))
+    write_results(a.json, rows)
     return 0
 
 

@@ -32,7 +32,17 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, OverallPeak, PhasePeak, pin_threads, render, run_self, start_watchdog, step_timer  # noqa: E402
+from _common import (  # noqa: E402
+    GiB,
+    OverallPeak,
+    PhasePeak,
+    pin_threads,
+    render,
+    run_self,
+    start_watchdog,
+    step_timer,
+    write_results,
+)
 
 TRAINERS = ("online_dpo", "gmpo", "a2po")
 QUICK = {"vocab": 2048, "completion": [16]}
@@ -228,14 +238,12 @@ def main(argv=None) -> int:
                     print(f"[{trainer} {arm} C={completion}] {row[arm]['error']}", file=sys.stderr)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-    if a.json:
-        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-        with open(a.json, "w") as f:
-            json.dump({"threads": a.threads, "steps": a.steps, "rows": rows}, f, indent=1)
     print(
         f"# experimental online trainers, tiny Llama 4x256, LoRA r=16, 8 completions/step, CPU, {a.threads} thread(s)"
     )
     print(table(rows, a.markdown))
+    if a.json:
+        write_results(a.json, {"threads": a.threads, "steps": a.steps, "rows": rows})
     return 0
 
 

@@ -15,7 +15,6 @@ Choices:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -26,6 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "planning"))
 from test_plan_accuracy import CONFIGS  # noqa: E402
 
 import _measure_step as M  # noqa: E402
+from _common import results_path, write_results  # noqa: E402
 
 SMOKE = {
     "smoke": {
@@ -60,7 +60,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", choices=list(CONFIGS), default=None)
     parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--json", default=results_path("plan_accuracy"), help="the results file")
     args = parser.parse_args(argv)
     runs = SMOKE if args.smoke else {k: v for k, v in CONFIGS.items() if not args.only or k in args.only}
     rows = []
@@ -74,9 +74,7 @@ def main(argv=None) -> None:
             f"{r['largest_term']} |",
             flush=True,
         )
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+    write_results(args.json, rows)
 
 
 if __name__ == "__main__":

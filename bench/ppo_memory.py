@@ -43,7 +43,16 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, OverallPeak, pin_threads, render, run_self, start_watchdog  # noqa: E402
+from _common import (  # noqa: E402
+    GiB,
+    OverallPeak,
+    pin_threads,
+    render,
+    results_path,
+    run_self,
+    start_watchdog,
+    write_results,
+)
 
 ARMS = ("four", "slimrl", "slimrl-full")
 SHAPE = {"vocab": 152064, "hidden": 512, "layers": 4, "heads": 8, "intermediate": 1536}
@@ -320,8 +329,8 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", action="store_true")
     p.add_argument(
         "--json",
-        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "ppo_memory.json"),
-        help="where the rows are written",
+        default=results_path("ppo_memory"),
+        help="the results file",
     )
     p.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -346,11 +355,7 @@ def main(argv=None) -> int:
     )
     print(title)
     print(table(rows, a.markdown))
-    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(
-            {"title": title, "args": {k: v for k, v in vars(a).items() if k != "child"}, "rows": rows}, f, indent=2
-        )
+    write_results(a.json, {"title": title, "args": {k: v for k, v in vars(a).items() if k != "child"}, "rows": rows})
     return 0
 
 

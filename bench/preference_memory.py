@@ -47,7 +47,18 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, OverallPeak, PhasePeak, pin_threads, render, run_self, start_watchdog, step_timer  # noqa: E402
+from _common import (  # noqa: E402
+    GiB,
+    OverallPeak,
+    PhasePeak,
+    pin_threads,
+    render,
+    results_path,
+    run_self,
+    start_watchdog,
+    step_timer,
+    write_results,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINERS = ("dpo", "kto", "orpo", "cpo")
@@ -305,8 +316,8 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", action="store_true")
     p.add_argument(
         "--json",
-        default=os.path.join(ROOT, "bench", "results", "preference_memory.json"),
-        help="where the rows are written (bench/results/ is git-ignored)",
+        default=results_path("preference_memory"),
+        help="the results file (bench/results/ is git-ignored; bench/results/committed/ is not)",
     )
     p.add_argument("--child", choices=["stock", "slimrl"], help=argparse.SUPPRESS)
     p.add_argument("--trainer", choices=TRAINERS, help=argparse.SUPPRESS)
@@ -362,13 +373,8 @@ def main(argv=None) -> int:
     )
     print(title)
     print(render(*table_lines(rows), a.markdown))
-    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(
-            {"title": title, "args": {k: v for k, v in vars(a).items() if k not in ("child", "trainer")}, "rows": rows},
-            f,
-            indent=2,
-        )
+    args = {k: v for k, v in vars(a).items() if k not in ("child", "trainer")}
+    write_results(a.json, {"title": title, "args": args, "rows": rows})
     return 0
 
 

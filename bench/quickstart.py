@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from _common import render
+from _common import render, results_path, write_results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
@@ -72,21 +72,19 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[42])
     parser.add_argument("--threads", type=int, default=None, help="OMP/MKL threads (unset: torch's default)")
     parser.add_argument("--markdown", action="store_true")
-    parser.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "quickstart.json"))
+    parser.add_argument("--json", default=results_path("quickstart"))
     args = parser.parse_args()
     block = quick_start_block()
     rows = []
     for seed in args.seeds:
         rows.append({"seed": seed, **run(with_seed(block, seed), args.threads)})
         print(json.dumps(rows[-1]), flush=True)
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump({"threads": args.threads, "cpu_count": os.cpu_count(), "rows": rows}, f, indent=1)
     lines = [
         [str(r["seed"]), f"{r['before']:.2f}", f"{r['after']:.2f}", str(r["wall_seconds"]), str(r["cpu_seconds"])]
         for r in rows
     ]
     print(render(["seed", "held-out accuracy before", "after", "wall s", "CPU s"], lines, args.markdown))
+    write_results(args.json, {"threads": args.threads, "rows": rows})
     return 0
 
 

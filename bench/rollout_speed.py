@@ -29,7 +29,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import pin_threads, run_self  # noqa: E402
+from _common import pin_threads, results_path, run_self, write_results  # noqa: E402
 
 
 def _prompts(tokenizer, n: int) -> list[str]:
@@ -221,7 +221,7 @@ def main() -> int:
     )
     parser.add_argument("--quick", action="store_true", help="batch 8, completion 32, 2 GRPO steps (smoke run)")
     parser.add_argument("--markdown", action="store_true")
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--json", default=results_path("rollout_speed"), help="the results file")
     parser.add_argument("--child", choices=["hf", "vllm", "grpo"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--lora", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sync", default=None, help=argparse.SUPPRESS)
@@ -295,9 +295,7 @@ def main() -> int:
                 f"{fast['median_step_s'] / hf['median_step_s']:.2f}, "
                 f"rollout ratio {fast['median_rollout_s'] / hf['median_rollout_s']:.2f}"
             )
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"config": vars(args), "results": results}, f, indent=2)
+    write_results(args.json, {"config": vars(args), "results": results})
     return 0 if all("error" not in r for r in results) else 1
 
 

@@ -20,7 +20,7 @@ import time
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import render  # noqa: E402
+from _common import render, results_path, write_results  # noqa: E402
 
 STRATEGY = """
 def strategy(board):
@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--json", default=results_path("sandbox_overhead"), help="the results file")
     args = parser.parse_args()
     rows = [
         ["in-process (Unsloth)", measure(in_process, args.repeats, args.calls, cold=False)],
@@ -107,6 +108,7 @@ def main() -> None:
         [name, f"{r['first'] * 1e3:.2f}", f"{r['call'] * 1e3:.3f}", f"{r['reward'] * 1e3:.1f}"] for name, r in rows
     ]
     print(render(head, lines, args.markdown))
+    write_results(args.json, {"rows": [{"arm": name, **r} for name, r in rows]})
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, OverallPeak, pin_threads, run_self, step_timer  # noqa: E402
+from _common import GiB, OverallPeak, pin_threads, results_path, run_self, step_timer, write_results  # noqa: E402
 
 ARMS = ("stock", "slimrl-off", "slimrl-on")
 SHARING = {"slimrl-off": False, "slimrl-on": "auto"}
@@ -320,7 +320,7 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="2 steps, 64/16-token synthetic rows, 8-token answers")
     p.add_argument("--gradient_checkpointing", action="store_true", help="all but recipe: checkpointing on")
     p.add_argument("--markdown", action="store_true")
-    p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--json", default=results_path("shared_prefix"), help="the results file")
     p.add_argument("--child", nargs=2, metavar=("CASE", "ARM"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     steps = 2 if a.smoke else a.steps
@@ -351,11 +351,9 @@ def main(argv=None) -> int:
             row.setdefault("arm", arm)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=2)
     print(f"# shared-prefix forwards, {steps} steps per run, {a.threads} thread(s){' (smoke)' if a.smoke else ''}")
     print(_table(rows, a.markdown))
+    write_results(a.json, rows)
     return 0 if all("error" not in r for r in rows) else 1
 
 

@@ -111,5 +111,9 @@ def run_case(name: str) -> None:
 
 
 if __name__ == "__main__":
-    for case in sys.argv[1:] or list(CASES):
+    from _common import results_path, write_results
+
+    cases = sys.argv[1:] or list(CASES)
+    for case in cases:
         run_case(case)
+    write_results(results_path("shared_prefix_accuracy"), {"cases": cases})

@@ -26,7 +26,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import PhasePeak, pin_threads, run_self  # noqa: E402
+from _common import PhasePeak, pin_threads, results_path, run_self, write_results  # noqa: E402
 
 MiB = 1024**2
 SHAPES = {  # name: (tiny_llama kwargs, prompt, completion)
@@ -215,6 +215,7 @@ def main(argv=None) -> int:
     p.add_argument("--small", action="store_true")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--json", default=results_path("shared_prefix_ops"), help="the results file (the printed tables)")
     p.add_argument("--child", nargs=2, metavar=("SHAPE", "ARM"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
@@ -241,6 +242,7 @@ def main(argv=None) -> int:
         pin_threads(a.threads)
         print("| model | rows x length | per-row FLOPs | per-row ms | packed ms | ratio |\n|---|---|---|---|---|---|")
         small()
+    write_results(a.json, {"args": {k: v for k, v in vars(a).items() if k != "child"}})
     return 0
 
 

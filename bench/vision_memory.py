@@ -25,7 +25,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, OverallPeak, pin_threads, render, run_self, step_timer  # noqa: E402
+from _common import GiB, OverallPeak, pin_threads, render, run_self, step_timer, write_results  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = dict(image_side=4, vision_width=64, vision_depth=2, generations=4, steps=2)
@@ -133,9 +133,6 @@ def main() -> None:
     opts = {k: getattr(args, k) for k in ("image_side", "vision_width", "vision_depth", "generations", "steps")}
     opts.update(QUICK if args.quick else {})
     rows = [run_self(["--child", arm, "--opts", json.dumps(opts)], args.threads) for arm in ("stock", "slimrl")]
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(rows, f, indent=1)
     head = ["arm", "peak GiB", "s/step", "images encoded", "losses"]
     lines = [
         [
@@ -150,6 +147,7 @@ def main() -> None:
         for r in rows
     ]
     print(render(head, lines, markdown=True))
+    write_results(args.json, rows)
 
 
 if __name__ == "__main__":

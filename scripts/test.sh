@@ -1,11 +1,59 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need into .venv (scripts/install.sh dev), then runs the default tier
-# there (tiny random models, no downloads). Extra arguments go to pytest, e.g. `bash scripts/test.sh -m slow` for
-# the slow end-to-end tier (the embedded model).
+# The test command, the one CI runs (.ci/run: ruff, then this): every tier a CPU machine runs, one after the other,
+# each installing what it needs into its own virtual environment first, then a table of each tier's outcome, wall
+# time and CPU time. Exit status 1 when any tier failed (every tier still runs).
+#   bash scripts/test.sh                    every tier of TIERS (what CI runs)
+#   bash scripts/test.sh default slow       those tiers, in that order
+#   bash scripts/test.sh -x tests/ops       the default tier alone with these pytest arguments (the first argument is
+#                                           not a tier name), e.g. `bash scripts/test.sh -m slow` for the slow tier's tests
+# TIERS is the one list of what CI runs: NAME runs `bash scripts/test_NAME.sh`. Every scripts/test_NAME.sh is in TIERS
+# or in NOT_IN_CI (tests/test_tiers.py checks it), so a new tier script is never left out unnoticed.
+# Tiers run here are strict (SLIMRL_CI=1, tests/_ci_mode.py): a test skipped because a package is not installed fails,
+# and a tier whose install fails fails; nothing is skipped for a missing install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh dev
-source scripts/venv.sh
-project_venv
-export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
-exec "$PY" -m pytest -q -ra "$@"
+
+TIERS=(default distributed vllm slow)
+NOT_IN_CI=(gpu)  # gpu: needs a CUDA GPU (docs/gpu-and-benchmarks.md)
+
+is_tier() {
+    local name
+    for name in "${TIERS[@]}" "${NOT_IN_CI[@]}"; do
+        [ "$name" = "$1" ] && return 0
+    done
+    return 1
+}
+
+if [ $# -gt 0 ] && ! is_tier "$1"; then
+    exec bash scripts/test_default.sh "$@"
+fi
+if [ $# -eq 0 ]; then selected=("${TIERS[@]}"); else selected=("$@"); fi
+for tier in "${selected[@]}"; do
+    is_tier "$tier" || { echo "unknown tier '$tier': one of ${TIERS[*]} ${NOT_IN_CI[*]}" >&2; exit 2; }
+done
+export SLIMRL_CI="${SLIMRL_CI:-1}"
+# each tier's log names its 25 slowest tests, so the time each tier takes (the table at the end) can be traced
+export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:---durations=25}"
+
+cpu_of_children() {  # the CPU seconds (user + system) of every finished child of this shell so far
+    local out
+    out="$(mktemp)"
+    times > "$out"
+    sed -n 2p "$out" | tr -d 's' | awk '{split($1, u, "m"); split($2, s, "m"); printf "%.0f", u[1]*60 + u[2] + s[1]*60 + s[2]}'
+    rm -f "$out"
+}
+
+summary=()
+failed=0
+for tier in "${selected[@]}"; do
+    echo "=== tier $tier: bash scripts/test_$tier.sh ===" >&2
+    start=$(date +%s)
+    cpu_before=$(cpu_of_children)
+    if bash "scripts/test_$tier.sh"; then outcome=passed; else outcome=FAILED; failed=1; fi
+    wall=$(( $(date +%s) - start ))
+    cpu=$(( $(cpu_of_children) - cpu_before ))
+    summary+=("$(printf '%-12s %-7s %4d min %02d s wall   %5d s CPU' "$tier" "$outcome" $((wall / 60)) $((wall % 60)) "$cpu")")
+done
+echo "=== tiers ($(nproc) cores) ===" >&2
+printf '%s\n' "${summary[@]}" >&2
+exit "$failed"

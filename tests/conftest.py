@@ -11,6 +11,10 @@ os.environ.setdefault("SLIMRL_NO_AUTO_PATCH", "1")
 
 import pytest  # noqa: E402
 
+# SLIMRL_CI=1 (scripts/test.sh, CI): a skip for a missing install fails (tests/_ci_mode.py); tests moved from the
+# default tier to the slow one for time, with their reasons (tests/_tier_budget.py)
+pytest_plugins = ["_ci_mode", "_tier_budget"]
+
 
 @pytest.fixture(autouse=True)
 def _no_leaked_patches():

@@ -17,7 +17,10 @@ ROOT = Path(__file__).parents[1]
 # there: scripts/gpu_env.sh installs carried wheels with --target, which PEP 668 does not refuse)
 VENV_SCRIPTS = [
     *(ROOT / "scripts" / name for name in ("install.sh", "test.sh", "train.sh", "install_vllm.sh")),
-    *(ROOT / "scripts" / name for name in ("install_deepspeed.sh", "test_distributed.sh", "test_vllm.sh")),
+    *(
+        ROOT / "scripts" / name
+        for name in ("install_deepspeed.sh", "test_distributed.sh", "test_vllm.sh", "test_default.sh", "test_slow.sh")
+    ),
     ROOT / "scripts" / "check_upstream.sh",
     ROOT / ".ci" / "run",
 ]

@@ -28,7 +28,7 @@ def test_smoke_synthetic_and_dpo(tmp_path):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(out.read_text())
+    rows = json.loads(out.read_text())["rows"]
     assert [(r["case"], r["arm"]) for r in rows] == [
         (c, a) for c in ("synthetic", "dpo") for a in ("stock", "slimrl-off", "slimrl-on")
     ]

@@ -24,7 +24,7 @@ def test_quick_run_measures_both_arms(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    stock, slimrl = json.loads(out_json.read_text())
+    stock, slimrl = json.loads(out_json.read_text())["rows"]
     assert "error" not in stock and "error" not in slimrl, (stock, slimrl)
     assert stock["losses"] and len(stock["losses"]) == len(slimrl["losses"])
     for a, b in zip(stock["losses"], slimrl["losses"]):

@@ -95,6 +95,7 @@ def test_notebook_config_keyword(algorithm, keyword, value, tmp_path, unpatched)
     assert getattr(config, field) == convert(value)
 
 
+@pytest.mark.vllm  # runs in the vLLM tier, where vLLM is installed
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm.SamplingParams needs vLLM installed")
 def test_notebook_vllm_sampling_params(tmp_path, unpatched):
     from vllm import SamplingParams

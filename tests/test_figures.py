@@ -1,0 +1,179 @@
+"""Every figure in README.md and docs/*.md that is a measurement names the committed results file that holds it
+(the convention: tests/_figures.py and docs/testing.md, "Figures and their results files").
+
+KNOWN_MISSING is the one list of measured figures that have no committed results file yet: each entry is a piece of
+text that identifies one block (table or paragraph), whichever page it sits on, and the script that measures it.
+Regenerating a figure means: run the script with `--json bench/results/committed/NAME.json`, copy the numbers it
+printed, put `<!-- results: bench/results/committed/NAME.json -->` before the block, and delete its entry here.
+The list only shrinks: an entry that no longer matches an unmarked block with a figure fails the test.
+"""
+
+import json
+
+import _figures as F
+
+KNOWN_MISSING = [
+    # README.md
+    (
+        "| run | stock TRL | slimrl | measured by | details |",
+        "grpo_memory, preference_memory, shared_prefix, gpu_memory",
+    ),
+    ("It prints `held-out accuracy: 0.14 -> 0.90`", "bench/quickstart.py"),
+    # api.md, cli.md
+    ("The first load dequantizes it once (about 30 s)", "no script: the first load's time"),
+    ("On a 2-core CPU it takes under 15 minutes", "bench/embedded_grpo.py"),
+    ("| `--max_steps` | 30 | -1 (epochs) | 6-13 min on a 2-core CPU |", "bench/embedded_grpo.py"),
+    ("| wall time, install included (load + eval before", "bench/embedded_grpo.py"),
+    ("Two more runs of the same recipe (1 thread each", "bench/embedded_grpo.py"),
+    # distillation.md, online-trainers.md, vision.md (their JSON at bench/results/ predates the provenance convention)
+    ("Stock GKD and GOLD run the student, keep its logits for the backward", "bench/distill_memory.py"),
+    (
+        "| trainer | stock peak GiB | slimrl peak GiB | peak ratio | stock working GiB",
+        "bench/distill_memory.py, bench/online_memory.py",
+    ),
+    ("GKD and GOLD train off-policy here (`lmbda=0`)", "bench/distill_memory.py"),
+    ("`tests/cli/test_embedded_gkd_slow.py` (slow tier: about 30 minutes", "no script: a test's duration"),
+    ("| arm | peak RSS | s/step | images encoded (3 steps) |", "bench/vision_memory.py"),
+    # export.md
+    ("| export | size | completions equal to the adapter's |", "bench/export_roundtrip.py"),
+    ("`tests/export/` (default tier, ~15 s)", "no script: a test file's duration"),
+    # gpu-and-benchmarks.md
+    ("43 MiB in all, checked against a 50 MiB budget", "scripts/gpu_wheels.sh (prints the total)"),
+    ("Device: **NVIDIA H100 80GB HBM3**", "bench/gpu_memory.py and scripts/test_gpu.sh"),
+    ("| model | completion | arm | peak GiB | reserved GiB |", "bench/gpu_memory.py --only grpo"),
+    ("| model | trainer | tokens | arm | peak GiB | s/step |", "bench/gpu_memory.py --only pref"),
+    ("What this says: on CUDA, TRL 1.16's own fused Triton", "bench/gpu_memory.py"),
+    ("| model | arm | longest completion that fits |", "bench/gpu_memory.py --only bisect"),
+    ("Of the\n8B × 8 × 8K offload peak (39.6 GiB)", "bench/gpu_memory.py"),
+    # gpu-benchmarks.md
+    ("stay under 64 MiB together;", "scripts/gpu_wheels.sh and scripts/unsloth_wheels.sh (print the totals)"),
+    ("Against the eight H100 peaks measured earlier", "bench/gpu_memory.py (tests/bench/test_gpu_memory_bench.py)"),
+    # install.md
+    ("at once (0.2 s measured). A first install takes a few minutes", "no script: the install's time"),
+    (
+        "It exits 1 when a seam moved. The report is printed and written as JSON",
+        "no script: scripts/check_upstream.sh's time",
+    ),
+    # memory.md
+    ("| variant | extra memory | time |", "bench/grpo_memory.py --kernel"),
+    ("| vocab | completion | stock peak GiB | slimrl peak GiB |", "bench/grpo_memory.py"),
+    ("| trainer | length | stock peak GiB | slimrl peak GiB |", "bench/preference_memory.py"),
+    ("At 2048 tokens the ORPO/CPO step peak is **0.09×**", "bench/preference_memory.py"),
+    # parity.md
+    ("A fixed 1e-5 passed where it was tuned and failed on an AMD EPYC", "scripts/parity_margins.py"),
+    ("| run | loss | gradient | parameter | metric | old/ref log-probs |", "scripts/parity_margins.py"),
+    # ppo.md
+    ("**Measured** (the bare `slimrl ppo`, seed 42", "no script: a `slimrl ppo` run (bench/embedded_grpo.py's kind)"),
+    ("| arm | models | static GiB | peak GiB | peak / four-model |", "bench/ppo_memory.py"),
+    ("like for like, a full-model policy takes 0.56×", "bench/ppo_memory.py"),
+    ("`tests/ppo/` (default tier, tiny random models, under 5 s each)", "no script: test durations"),
+    # reliability.md
+    ("| run (each dominated by a different term) | measured | planned |", "bench/plan_accuracy.py"),
+    ("Measured with `PYTHONPATH=src python bench/plan_accuracy.py`", "bench/plan_accuracy.py"),
+    ("torch's CPU threads spin while they wait for each other", "bench/busy_machine.py"),
+    ("| arm | torch threads | quiet s/step | beside 1 torch job |", "bench/busy_machine.py"),
+    # sandbox.md
+    ("| arm | create + first call (ms) | one call (ms) |", "bench/sandbox_overhead.py"),
+    # scaling.md
+    ("Everything below ran on a CPU machine: 2 cores shared with other jobs", "the provenance of scaling's files"),
+    ("| case (3 optimizer steps, plain SGD) | checks |", "SLIMRL_PARITY_REPORT of scripts/test_distributed.sh"),
+    ("The largest absolute loss difference was 2.4e-8 (GRPO)", "SLIMRL_PARITY_REPORT of scripts/test_distributed.sh"),
+    ("| vocab | completion | processes | arm | per-rank peak MiB |", "bench/ddp_memory.py"),
+    ("the 2-process ranks are\n  within a few MiB of the 1-process run", "bench/ddp_memory.py"),
+    ("# 2-process CPU tier (DDP, ZeRO-2/3 via .venv-deepspeed", "no script: the tiers' durations"),
+    # shared-prefix.md
+    ("| shape | per-row (TRL) | packed (chosen) | prompt KV cache |", "bench/shared_prefix_ops.py --mechanisms"),
+    ("| model | prompt | completion | prompts per batch | estimate | measured |", "bench/shared_prefix_ops.py --sweep"),
+    ("| model | rows x length | per-row forward FLOPs |", "bench/shared_prefix_ops.py --small"),
+    ("| case | arm | s/step | vs stock | vs off | peak GiB |", "bench/shared_prefix.py"),
+    ("What this says: the default `slimrl grpo` recipe runs at **0.37× stock**", "bench/shared_prefix.py"),
+    ("| case | arm | s/step | vs off | peak GiB | vs off | fwd s |", "bench/shared_prefix.py --cases vllm"),
+    ("The GRPO step with vLLM rollouts and sharing is 4.50 s", "bench/shared_prefix.py --cases vllm"),
+    # vllm.md
+    ("`.venv-vllm` (about 3 minutes the first time)", "no script: the install's time"),
+    ("| arm | tokens/s, batch 8 | tokens/s, batch 64 |", "bench/rollout_speed.py"),
+    ("| rollouts | s/step | of which rollout | peak RSS |", "bench/rollout_speed.py"),
+    ("- **GRPO step on CPU: 0.72×.**", "bench/rollout_speed.py"),
+    ("**The full recipe with vLLM rollouts.**", "bench/embedded_grpo.py in .venv-vllm"),
+]
+
+BLOCKS = [block for page in F.pages() for block in F.blocks(page)]
+
+
+def _without_results(blocks: list[F.Block]) -> list[F.Block]:
+    """The blocks with a figure that neither a marker nor KNOWN_MISSING accounts for."""
+    return [b for b in blocks if b.figures and b.mark is None and not any(t in b.text for t, _ in KNOWN_MISSING)]
+
+
+def test_every_figure_names_its_results_file_or_is_known_missing():
+    unmarked = _without_results(BLOCKS)
+    assert unmarked == [], (
+        "figures without a results file: put <!-- results: bench/results/committed/NAME.json --> before the block "
+        "(a bench script's --json), or <!-- not measured: REASON --> where its numbers are settings or arithmetic:\n"
+        + "\n".join(f"{b.page}:{b.line}: {b.figures[:6]}" for b in unmarked)
+    )
+
+
+def test_every_marked_figure_is_in_the_results_files_it_names():
+    marked = [b for b in BLOCKS if b.mark and b.mark[0] == "results"]
+    problems = {f"{b.page}:{b.line}": F.results_problems(b) for b in marked}
+    assert {where: found for where, found in problems.items() if found} == {}
+
+
+def test_an_unmarked_figure_fails_and_a_marker_accounts_for_one(tmp_path):  # the negative control
+    page = tmp_path / "page.md"
+    page.write_text("A step takes 12.5 s.\n\n<!-- not measured: a limit -->\n\nCalls stop after 10 s.\n")
+    assert [(b.line, b.figures) for b in _without_results(F.blocks(page))] == [(1, ["12.5 s"])]
+
+
+def test_not_measured_marks_give_their_reason():
+    bare = [f"{b.page}:{b.line}" for b in BLOCKS if b.mark and b.mark[0] == "not measured" and not b.mark[1]]
+    assert bare == []
+
+
+def test_the_known_missing_list_only_shrinks():
+    figure_blocks = [b for b in BLOCKS if b.figures and b.mark is None]
+    stale = [text for text, _ in KNOWN_MISSING if not any(text in b.text for b in figure_blocks)]
+    assert stale == [], f"no unmarked figure matches these entries any more: delete them from KNOWN_MISSING: {stale}"
+    assert len({text for text, _ in KNOWN_MISSING}) == len(KNOWN_MISSING)
+
+
+def test_figures_are_found_in_prose_and_tables_and_settings_in_code_are_not():
+    found = F.figures("peak 5.35 GiB, 85.3 s (0.76×); 0.344 → 0.594; 44 passed; 8 × 512 tokens; TRL 1.16; `128 MiB`")
+    assert found == ["5.35 GiB", "85.3 s", "0.76×", "0.344 → 0.594", "44 passed"]
+    assert F.figures("| 8b | 8 × 8192 | stock | 50.80 | **0.78** |") == ["50.80", "**0.78**"]
+    assert F.figures("Qwen2.5-7B, H100, 8b, vllm 0.32.1, [page](memory.md#v-152k)") == []
+
+
+def _page_with(tmp_path, table: str, held: dict) -> F.Block:
+    results = tmp_path / "bench" / "results" / "committed" / "x.json"
+    results.parent.mkdir(parents=True)
+    provenance = {"commit": "abc", "command": "python bench/x.py", "date": "2026-01-01", "machine": {"cores": 2}}
+    results.write_text(json.dumps({"provenance": {**provenance, "versions": {"trl": "1.16.0"}}, **held}))
+    page = tmp_path / "page.md"
+    page.write_text(f"Intro.\n\n<!-- results: bench/results/committed/x.json -->\n\n{table}\n")
+    return next(b for b in F.blocks(page) if b.mark)
+
+
+def test_a_marked_table_passes_when_its_file_holds_each_number_to_the_digits_shown(tmp_path, monkeypatch):
+    monkeypatch.setattr(F, "ROOT", tmp_path)
+    table = "| arm | peak GiB | ratio |\n|---|---|---|\n| stock | 5.35 | 1.00 |\n| slimrl | **1.29** | 0.24× |"
+    held = {"rows": [{"peak": 5.3512}, {"peak": 1.2866}], "stdout": "| slimrl | 1.29 | 0.24× |\n1.00"}
+    assert F.results_problems(_page_with(tmp_path, table, held)) == []
+
+
+def test_a_number_the_file_does_not_hold_fails(tmp_path, monkeypatch):  # the negative control
+    monkeypatch.setattr(F, "ROOT", tmp_path)
+    table = "| arm | peak GiB |\n|---|---|\n| stock | 5.35 |\n| slimrl | 1.31 |"
+    problems = F.results_problems(_page_with(tmp_path, table, {"rows": [{"peak": 5.3512}, {"peak": 1.2866}]}))
+    assert problems == ["1.31 is in none of ['bench/results/committed/x.json']"]
+
+
+def test_a_results_file_outside_committed_or_without_provenance_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(F, "ROOT", tmp_path)
+    block = _page_with(tmp_path, "peak 5.35 GiB", {"peak": 5.35})
+    block.mark = ("results", "bench/results/x.json")
+    assert F.results_problems(block) == [f"bench/results/x.json: not a file under {F.COMMITTED}"]
+    (tmp_path / F.COMMITTED / "x.json").write_text(json.dumps({"peak": 5.35}))
+    block.mark = ("results", F.COMMITTED + "x.json")
+    assert "provenance lacks" in F.results_problems(block)[0]
