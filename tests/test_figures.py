@@ -60,7 +60,12 @@ KNOWN_MISSING = [
     ("| trainer | length | stock peak GiB | slimrl peak GiB |", "bench/preference_memory.py"),
     ("At 2048 tokens the ORPO/CPO step peak is **0.09×**", "bench/preference_memory.py"),
     # parity.md
-    ("A fixed 1e-5 passed where it was tuned and failed on an AMD EPYC", "scripts/parity_margins.py"),
+    ("A fixed `rtol` of 1e-5 passed where it was tuned and failed on an AMD EPYC", "scripts/parity_margins.py"),
+    ("A case's detection floor is the smallest change of one weight", "scripts/parity_floor.py"),
+    ("Measured with `OMP_NUM_THREADS=1` on a 2-core AVX2 machine (no AVX-512)", "scripts/parity_floor.py"),
+    ("| case | floor, bisected | floor, predicted | untampered e/bound |", "scripts/parity_floor.py"),
+    ("| control | test | e/bound | earlier rule |", "scripts/parity_margins.py"),
+    ("- **GRPO's entropy mask** (`top_entropy_quantile`)", "scripts/parity_spread.py"),
     ("| run | loss | gradient | parameter | metric | old/ref log-probs |", "scripts/parity_margins.py"),
     # ppo.md
     ("**Measured** (the bare `slimrl ppo`, seed 42", "no script: a `slimrl ppo` run (bench/embedded_grpo.py's kind)"),
