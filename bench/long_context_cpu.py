@@ -110,7 +110,7 @@ def child(arm: str, layers: int, prompt_tokens: int, lengths: list[int]) -> dict
         peft_config=lora,
         rollout_func=fixed_rollouts(prompt_tokens, lengths, shapes["vocab_size"]),
     )
-    overall, phase, steps = OverallPeak(), None, []
+    overall, steps = OverallPeak(), []
     step = trainer.training_step
 
     def measured_step(*a, **kw):
@@ -130,12 +130,14 @@ def child(arm: str, layers: int, prompt_tokens: int, lengths: list[int]) -> dict
         from slimrl.models.tiled_mlp import tiled_mlp_state
         from slimrl.patches.padding_free import padding_free_stats
         from slimrl.patches.row_groups import row_group_stats
+        from slimrl.patches.shared_prefix import shared_prefix_stats
 
         state = tiled_mlp_state(trainer.model)
         record["row_groups"] = vars(row_group_stats(trainer)) | {"reasons": dict(row_group_stats(trainer).reasons)}
         record["padding_free"] = vars(padding_free_stats(trainer))
         record["tiled_mlp_calls"] = None if state is None else state.tiled_calls
-    del phase
+        shared = shared_prefix_stats(trainer)
+        record["shared_prefix"] = vars(shared) | {"reasons": dict(shared.reasons)}
     return record
 
 
