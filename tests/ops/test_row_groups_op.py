@@ -72,3 +72,10 @@ def test_column_bounds():
     labels[1, 1] = 7  # a label at the first kept column: its prediction comes from column 0, which must stay
     assert rg.column_bounds(mask, labels) == (0, 5)
     assert rg.column_bounds(torch.zeros_like(mask)) == (0, 6)
+
+
+def test_split_to_a_count_and_alone_the_own_count():
+    assert rg.split_to([[0, 2], [4], [3, 1]], 3) == [[0, 2], [4], [3, 1]]
+    assert rg.split_to([[0, 2, 5], [4], [3, 1]], 5) == [[0], [2], [5], [4], [3, 1]]  # the widest halved, first on ties
+    assert rg.split_to([[0, 1, 2, 3]], 4) == [[0], [1], [2], [3]]
+    assert rg.agreed_count(3, torch.device("cpu")) == 3  # one process: its own count

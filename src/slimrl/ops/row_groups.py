@@ -18,6 +18,9 @@ Choices, and why:
    no speed (matrix products are already wide; a group adds one forward/backward launch and one loss evaluation on
    `[B, C]` tensors), so the budget keeps the memory of long rows low at about the time of one forward. Rows shorter
    than the budget still form one group (TRL's own forward).
+4. Several processes: each plans its own rows, then the processes agree on the largest group count and each splits
+   its groups up to it (`agreed_count`, `split_to`): the forwards and loss evaluations, and the collectives inside
+   them, pair up across processes.
 """
 
 from __future__ import annotations
@@ -111,7 +114,34 @@ def plan_groups(
     else:
         rows = rows if max_rows is None else min(rows, max_rows)
         groups = partition(order, row_lengths(attention_mask), rows=rows, tokens=tokens)
+    groups = split_to(groups, agreed_count(len(groups), input_ids.device))
     return [torch.tensor(group, dtype=torch.long, device=input_ids.device) for group in groups]
+
+
+def agreed_count(count: int, device: torch.device) -> int:
+    """The largest group count of all processes (this process's own when it runs alone): every process then runs
+    the same number of forwards and loss evaluations, whose collectives (gathers of metrics, FSDP / ZeRO-3 weight
+    gathers) must pair up across processes."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return count
+    on_device = "nccl" in str(dist.get_backend())  # NCCL reduces device tensors, gloo host ones
+    total = torch.tensor([count], device=device if on_device else torch.device("cpu"))
+    dist.all_reduce(total, op=dist.ReduceOp.MAX)
+    return int(total.item())
+
+
+def split_to(groups: list[list[int]], count: int) -> list[list[int]]:
+    """`groups` split until there are `count` (the group with the most rows halved, the first such on ties), so that
+    processes which must run the same number of forwards do; `count` at most the number of rows."""
+    groups = [list(g) for g in groups]
+    while len(groups) < count:
+        widest = max(range(len(groups)), key=lambda i: (len(groups[i]), -i))
+        group = groups[widest]
+        half = (len(group) + 1) // 2
+        groups[widest : widest + 1] = [group[:half], group[half:]]
+    return groups
 
 
 def column_bounds(attention_mask: torch.Tensor, labels: torch.Tensor | None = None) -> tuple[int, int]:
