@@ -14,12 +14,12 @@ Choices, and why:
    `auto_threshold_tokens` = AUTO_TILE_BYTES / (MLP_TRANSIENT_TENSORS x intermediate x bytes per activation) tokens
    (gate, up, activation and product: four `[N, intermediate]` tensors live at once in the forward, as many again as
    gradients in the backward). Why a threshold: with grad, tiling costs one more MLP forward per layer (the shards
-   are recomputed in the backward; the MLP is most of a layer's work), about 15-25% of a step; it pays when that
-   transient is the step's largest term, i.e. for long rows. Qwen2.5-7B in bf16 tiles from 28K tokens a call,
-   SmolLM2-135M in fp32 from 175K. Without grad (old-policy and reference passes) tiling costs nothing, and the same
-   threshold applies. Nor while dropout is active inside the MLP (LoRA dropout): shards draw their masks in another
-   order than one call, other draws of the same distribution (True and an int tile anyway; the backward replays the
-   forward's draws either way).
+   are recomputed in the backward), about a fifth of a checkpointed step's work by arithmetic on Qwen2.5-7B's shapes
+   at 8K tokens (docs/long-context.md); it pays when that transient is the step's largest term, i.e. for long rows.
+   Qwen2.5-7B in bf16 tiles from 28K tokens a call, SmolLM2-135M in fp32 from 175K. Without grad (old-policy and
+   reference passes) tiling costs nothing, and the same threshold applies. "auto" does not tile while dropout is
+   active inside the MLP (LoRA dropout): shards draw their masks in another order than one call, other draws of the
+   same distribution (True and an int tile anyway; the backward replays the forward's draws either way).
 3. Tileable modules: the `mlp` child of each decoder layer that has a `down_proj` and no `experts` (the dense gated
    MLPs of the Llama, Mistral, Qwen, Gemma and Phi-3 families: each token is mapped on its own, so any split of the
    tokens gives the same values). MoE blocks and modules whose `forward` was already replaced are left alone.
