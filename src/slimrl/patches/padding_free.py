@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -129,6 +130,8 @@ def padding_free_forwards(trainer, setting=AUTO):
             continue
         if setting == AUTO and has_active_dropout(base):
             continue
+        if "position_ids" not in inspect.signature(type(base).forward).parameters:
+            continue  # the kept tokens could not keep their positions
         base.forward = _padding_free_forward(trainer, inner)
         installed.append((base, inner))
     try:
