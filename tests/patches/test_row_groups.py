@@ -243,6 +243,32 @@ def test_fallbacks_keep_stock_numbers_and_say_why(tmp_path, unpatched, saved_mod
     assert sum(rules.DROPOUT_REASON in m for m in messages) == 1
 
 
+def test_subclass_with_its_own_loss_is_scored_at_once(tmp_path, unpatched, caplog):
+    """A subclass's own `_compute_loss` was not checked for groups: TRL's one forward, the reason said once."""
+    from trl import GRPOTrainer
+
+    class OwnLoss(GRPOTrainer):
+        def _compute_loss(self, model, inputs):
+            return super()._compute_loss(model, inputs) * 2
+
+    with P.patched_state("grpo"), caplog.at_level(logging.INFO, logger="slimrl"):
+        args = R.make_config("grpo", str(tmp_path), **{rules.ROWS_FIELD: 1})
+        trainer = OwnLoss(
+            model=T.tiny_model(0),
+            reward_funcs=R.reward_ids,
+            args=args,
+            train_dataset=R.dataset(),
+            processing_class=T.tokenizer(),
+            peft_config=T.lora_config(),
+        )
+        trainer.current_gradient_accumulation_steps = 1
+        for _ in range(2):
+            trainer.training_step(trainer.model, R.generation_batch(args), None)
+    stats = RG.row_group_stats(trainer)
+    assert stats.grouped_steps == 0 and sum(stats.reasons.values()) == 2
+    assert sum("OwnLoss._compute_loss" in r.getMessage() for r in caplog.records) == 1
+
+
 def test_second_logprob_call_inside_a_group_is_refused(tmp_path, unpatched):
     with P.patched_state("grpo"):
         args = R.make_config("grpo", str(tmp_path), **{rules.ROWS_FIELD: 1})

@@ -124,14 +124,14 @@ def ga_scaled(trainer, loss, num_items_in_batch):
     return loss if scaled else loss / trainer.current_gradient_accumulation_steps
 
 
-def step_groups(trainer, model, inputs) -> list[torch.Tensor] | None:
+def step_groups(trainer, model, inputs, owner: str) -> list[torch.Tensor] | None:
     """The micro-batch's row groups, or None to score it at once (one group, or a reason logged)."""
     from ..ops.row_groups import plan_groups
 
     setting = getattr(trainer.args, rules.ROWS_FIELD, rules.AUTO)
     if setting is False:
         return None
-    reason = rules.loss_problem(trainer, model, inputs, setting)
+    reason = rules.loss_problem(trainer, model, inputs, setting, owner)
     if reason is not None:
         _note(trainer, reason, setting)
         return None
@@ -147,12 +147,13 @@ def step_groups(trainer, model, inputs) -> list[torch.Tensor] | None:
 
 def make_grouped_compute_loss(original):
     """`compute_loss` that scores the micro-batch a row group at a time (choices 2 and 3)."""
+    owner = original.__qualname__.rsplit(".", 1)[0]  # GRPOTrainer / RLOOTrainer
 
     @functools.wraps(original)
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         groups = None
         if torch.is_grad_enabled() and not return_outputs:
-            groups = step_groups(self, model, inputs)
+            groups = step_groups(self, model, inputs, owner)
         if groups is None:
             return original(self, model, inputs, return_outputs, num_items_in_batch)
         stats = row_group_stats(self)

@@ -13,9 +13,10 @@ other draws of the same distribution, not stock's draws. "auto" (groups, padding
 TRL's forward while dropout is active in the model (TRL's `disable_dropout=True` switches it off), the reason logged
 once; an explicit setting applies anyway.
 Where groups cannot give TRL's numbers the step is scored at once, its reason logged once per trainer
-(`loss_problem`): multimodal inputs, a MoE aux loss (computed over the forward's rows together), an entropy mask
-(`top_entropy_quantile < 1`: a quantile over every row's entropy), and training set-ups that run the backward in
-their own way (DeepSpeed's engine, DataParallel over several GPUs, LOMO optimizers that step inside the backward).
+(`loss_problem`): a subclass's own `_compute_loss` (not checked for groups), multimodal inputs, a MoE aux loss
+(computed over the forward's rows together), an entropy mask (`top_entropy_quantile < 1`: a quantile over every
+row's entropy), and training set-ups that run the backward in their own way (DeepSpeed's engine, DataParallel over
+several GPUs, LOMO optimizers that step inside the backward).
 """
 
 from __future__ import annotations
@@ -63,10 +64,14 @@ def check_config(args) -> None:
     validate_tiled_mlp(getattr(args, TILED_MLP_FIELD))
 
 
-def loss_problem(trainer, model, inputs: dict, setting) -> str | None:
-    """Why this step's rows must be scored in one forward (None: groups give TRL's numbers)."""
+def loss_problem(trainer, model, inputs: dict, setting, owner: str) -> str | None:
+    """Why this step's rows must be scored in one forward (None: groups give TRL's numbers); `owner`: the TRL class
+    whose `_compute_loss` was checked for groups (a subclass with its own loss was not)."""
     from accelerate.utils import DistributedType
 
+    loss_of = type(trainer)._compute_loss.__qualname__
+    if loss_of != f"{owner}._compute_loss":
+        return f"{loss_of} is not TRL's {owner}._compute_loss, whose normalisers row groups rely on"
     present = [name for name in MULTIMODAL_ARGS if inputs.get(name) is not None]
     if present:
         return f"multimodal inputs ({', '.join(present)})"
