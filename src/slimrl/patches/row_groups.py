@@ -139,7 +139,10 @@ def step_groups(trainer, model, inputs, owner: str) -> list[torch.Tensor] | None
     attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
     rows, tokens = rules.group_size(trainer, model, setting)
     groups = plan_groups(input_ids, attention_mask, inputs["completion_ids"].shape[1], rows=rows, tokens=tokens)
-    if len(groups) == 1:
+    reason = rules.dropout_problem(trainer, model, setting) if len(groups) > 1 else None
+    if reason is not None:
+        _note(trainer, reason, setting)
+    if len(groups) == 1 or reason is not None:
         row_group_stats(trainer).whole_steps += 1
         return None
     return groups
@@ -200,14 +203,14 @@ def _grouped_pass(trainer, inner, model, input_ids, attention_mask, logits_to_ke
     setting = getattr(trainer.args, rules.ROWS_FIELD, rules.AUTO)
     if setting is False:
         return None
-    reason = rules.dropout_problem(trainer, model, setting)
-    if reason is not None:
-        _note(trainer, reason, setting)
-        return None
     rows, tokens = rules.group_size(trainer, model, setting)
     max_rows = batch_size or input_ids.shape[0]
     groups = plan_groups(input_ids, attention_mask, logits_to_keep, rows=rows, tokens=tokens, max_rows=max_rows)
     if len(groups) == 1:
+        return None
+    reason = rules.dropout_problem(trainer, model, setting)
+    if reason is not None:
+        _note(trainer, reason, setting)
         return None
     row_group_stats(trainer).grouped_passes += 1
     outputs = [None, None]

@@ -29,7 +29,7 @@ ROWS_FIELD = "slimrl_rows_per_group"
 PADDING_FREE_FIELD = "slimrl_padding_free"
 TILED_MLP_FIELD = "slimrl_tiled_mlp"
 FIELDS = ((ROWS_FIELD, AUTO), (PADDING_FREE_FIELD, AUTO), (TILED_MLP_FIELD, AUTO))  # (name, default)
-DROPOUT_REASON = "dropout is active (other rows per forward would draw other dropout masks than stock)"
+DROPOUT_REASON = "active dropout: other rows per forward would draw other dropout masks than stock"
 STEPPING_OPTIMIZERS = ("lomo", "adalomo")
 
 
@@ -87,7 +87,7 @@ def loss_problem(trainer, model, inputs: dict, setting, owner: str) -> str | Non
         return "LOMO optimizers step inside the backward"
     if not hasattr(trainer, "loss_is_scaled_for_ga"):
         return "this transformers Trainer does not say how it scales the loss for gradient accumulation"
-    return dropout_problem(trainer, model, setting)
+    return None
 
 
 def group_size(trainer, model, setting) -> tuple[int | None, int | None]:
