@@ -200,6 +200,7 @@ def main(argv=None) -> int:
         return 0
     common = ["--threads", str(a.threads), "--layers", str(a.layers), "--rows", str(a.rows), "--prompt", str(a.prompt)]
     common += ["--completion", *map(str, a.completion)]
+    measured_on = machine()  # before the arms run: the commit the children import
     results = []
     for arm in a.arms:
         results.append(run_self(["--child", arm, *common], a.threads) | {"arm": arm})
@@ -209,7 +210,7 @@ def main(argv=None) -> int:
     print(table(results, a.markdown))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"setup": setup, "machine": machine(), "results": results}, f, indent=1)
+            json.dump({"setup": setup, "machine": measured_on, "results": results}, f, indent=1)
     return 0
 
 

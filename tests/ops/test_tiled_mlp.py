@@ -155,3 +155,18 @@ def test_skipped_shard_gradient_fails_parity(monkeypatch):
     x, upstream = torch.randn(3, 11, 24, generator=g), torch.randn(3, 11, 24, generator=g)
     with pytest.raises(AssertionError, match="param grad"):
         _compare("control", 5, _mlp, x, upstream)
+
+
+def test_sharded_parameters_left_untiled_under_auto_refused_when_forced():
+    model = tiny_llama(seed=0, vocab_size=64, hidden_size=24, num_layers=1, intermediate_size=40)
+    mlp = model.model.layers[0].mlp
+    mlp.gate_proj.weight.ds_id = 0  # what DeepSpeed ZeRO-3 marks its partitioned parameters with
+    x = torch.randn(1, 30, 24)
+    swap.tile_mlp(model, 4)
+    with pytest.raises(ValueError, match="ZeRO-3"):
+        mlp(x)
+    swap.tile_mlp(model, "auto")
+    state = swap.tiled_mlp_state(model)
+    state.intermediate = 10**12  # "auto" would tile any call longer than hidden_size
+    torch.testing.assert_close(mlp(x), type(mlp).forward(mlp, x))
+    assert state.tiled_calls == state.sharded_calls == 0

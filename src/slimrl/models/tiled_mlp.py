@@ -23,6 +23,8 @@ Choices, and why:
 3. Tileable modules: the `mlp` child of each decoder layer that has a `down_proj` and no `experts` (the dense gated
    MLPs of the Llama, Mistral, Qwen, Gemma and Phi-3 families: each token is mapped on its own, so any split of the
    tokens gives the same values). MoE blocks and modules whose `forward` was already replaced are left alone.
+4. Parameters sharded by DeepSpeed ZeRO-3 or FSDP2: not verified with the tiled backward, so "auto" leaves those
+   MLPs untiled and an explicit setting raises, naming the choice.
 """
 
 from __future__ import annotations
@@ -93,6 +95,13 @@ def _has_active_dropout(module) -> bool:
     return module.training and any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in module.modules())
 
 
+def _has_sharded_parameters(module) -> bool:
+    """Parameters DeepSpeed ZeRO-3 partitions or FSDP2 shards: the tiled backward is not verified with them."""
+    from torch.distributed.tensor import DTensor
+
+    return any(hasattr(p, "ds_id") or isinstance(p, DTensor) for p in module.parameters())
+
+
 def _tiled_forward(state: TiledMLPState):
     from ..ops.tiled_mlp import tiled_mlp
 
@@ -100,6 +109,13 @@ def _tiled_forward(state: TiledMLPState):
         original = type(self).forward
         shard = None if args or kwargs else state.shard_tokens(x.shape[:-1].numel(), x.element_size())
         if shard is not None and state.setting == AUTO and _has_active_dropout(self):
+            shard = None
+        if shard is not None and _has_sharded_parameters(self):
+            if state.setting != AUTO:
+                raise ValueError(
+                    f"slimrl_tiled_mlp={state.setting!r}: the tiled MLP is not verified with parameters sharded by "
+                    "DeepSpeed ZeRO-3 or FSDP2; use slimrl_tiled_mlp='auto' (it leaves them untiled) or False."
+                )
             shard = None
         if shard is None:
             return original(self, x, *args, **kwargs)
@@ -134,10 +150,9 @@ def untile_mlp(model):
 def tile_mlp(model, setting=AUTO):
     """Swap the forward of `model`'s tileable MLPs for the tiled one under `setting` (False: remove); returns
     `model`. Calling it again with another setting only changes the setting."""
-    setting = validate_tiled_mlp(setting)
-    state = model_state(model)
-    if setting is False:
+    if validate_tiled_mlp(setting) is False:
         return untile_mlp(model)
+    state = model_state(model)
     if state.tiled_mlp is not None:
         state.tiled_mlp.setting = setting
         return model
