@@ -1,5 +1,5 @@
 """A CPU GRPO step on a busy machine: how much slower it gets beside N competing processes, per thread setting
-(issue 15 item 8: pick the CLI's default from the one that degrades least).
+(the CLI's default is the one that degrades least).
 
     python bench/busy_machine.py                      # small random model, 2 competitors, every arm, 2 repeats
     python bench/busy_machine.py --model embedded     # the bare `slimrl grpo` case (SmolLM2-135M, CLI geometry)
@@ -15,7 +15,7 @@ Choices:
    interleaved over --repeats rounds so a drift of the machine hits every arm alike. The figure is the median wall
    seconds of an optimizer step after --warmup steps; slowdown = busy / quiet of the same arm; the recommendation is
    the arm with the lowest busy median (its quiet cost is shown beside it).
-3. A competitor is "another job" as the issue saw it: `torch` (default) runs float32 matmuls with torch's default
+3. A competitor is "another job": `torch` (default) runs float32 matmuls with torch's default
    threads (another training), `spin` a single-threaded Python loop. Each reports its work rate, so an arm that
    is fast only by starving the others shows it (column `rival it/s`).
 4. --cores N pins every process (measured and competitors) to the first N cores this process may use, to reproduce

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Downloads, here (where pip reaches an index), the wheels the GPU tier needs on a bare GPU machine with no network
-# into .whl/ (git-ignored; the device tool carries it with `carry: [".whl"]`). scripts/test_gpu.sh installs them there.
+# Downloads, on a machine where pip reaches an index, the wheels the GPU tier needs on a GPU machine with no network
+# into .whl/ (git-ignored; copy it along with the checkout). scripts/test_gpu.sh installs them there.
 #
 # The GPU image (python 3.12, torch 2.11 cu130, transformers 5.17, peft, accelerate, triton, pytest, pyarrow, pandas,
 # xxhash, fsspec, huggingface-hub 1.33, psutil, pyyaml) lacks: trl, datasets and datasets' dill and multiprocess, and
 # bitsandbytes (the 4-bit QLoRA test; its wheel holds libbitsandbytes_cuda130.so). gguf and matplotlib are not needed
 # by the GPU tier. Versions are pinned to what the CPU suite runs here; one version of each (two stop the install).
-# The total is checked against WHEEL_BUDGET_MIB (default 50): every call's working tree must stay under 64 MiB.
+# The total is checked against WHEEL_BUDGET_MIB (default 50), to keep the folder small enough to copy along.
 # EXTRA_WHEELS adds pins, e.g. to run the tier on the transformers the CPU suite uses (13 MiB more):
 #   EXTRA_WHEELS="transformers==5.23.0" WHEEL_BUDGET_MIB=60 bash scripts/gpu_wheels.sh
 set -euo pipefail
@@ -35,6 +35,6 @@ mib=$(( (total + 1048575) / 1048576 ))
 ls -l .whl/*.whl
 echo "total: ${mib} MiB (budget ${BUDGET_MIB} MiB)"
 if [ "$mib" -gt "$BUDGET_MIB" ]; then
-    echo "the wheels exceed the budget: the device tool carries at most 64 MiB with the working tree" >&2
+    echo "the wheels exceed the budget of ${BUDGET_MIB} MiB (WHEEL_BUDGET_MIB)" >&2
     exit 1
 fi

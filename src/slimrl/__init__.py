@@ -1,10 +1,11 @@
 """slimrl: memory-lean RL fine-tuning on top of Hugging Face TRL's own trainers.
 
-    from slimrl import FastLanguageModel, PatchFastRL
-    PatchFastRL("grpo", FastLanguageModel)
+    from slimrl import FastLanguageModel
+    from trl import GRPOConfig, GRPOTrainer   # patched: slimrl's paths
 
-Importing slimrl does not import TRL: PatchFastRL imports it when it patches, so the order in which a script imports
-`trl` and `slimrl` does not matter.
+`from slimrl import FastLanguageModel` patches TRL's trainers as they are imported, before or after it, as Unsloth
+does (slimrl.patches.on_import.patch_on_import; `SLIMRL_NO_AUTO_PATCH=1` turns it off, `PatchFastRL("grpo")` then
+patches explicitly). Importing slimrl itself imports neither TRL nor vLLM.
 """
 
 from __future__ import annotations
@@ -22,25 +23,51 @@ __all__ = [
     "SafeInterrupt",
     "plan",
     "__version__",
+    # the other names Unsloth's notebooks import (docs/unsloth-names.md)
+    "FastModel",
+    "FastVisionModel",
+    "PatchDPOTrainer",
+    "PatchKTOTrainer",
+    "is_bfloat16_supported",
+    "check_python_modules",
+    "create_locked_down_function",
+    "execute_with_time_limit",
 ]
+_UNSLOTH_MODEL_NAMES = ("FastModel", "FastVisionModel")
+_UNSLOTH_SHORTCUTS = ("PatchDPOTrainer", "PatchKTOTrainer", "is_bfloat16_supported")
+_SANDBOX_NAMES = ("check_python_modules", "create_locked_down_function", "execute_with_time_limit")
 
 
 _checked = False
 
 
 def _check_versions_once() -> None:
+    """At the API's first use: the library versions, then bitsandbytes imported without its start-up line."""
     global _checked
     if not _checked:
+        from .noise import import_bitsandbytes_quietly
         from .versions import check
 
         check()  # raises ImportError naming any library outside slimrl's supported ranges (slimrl/versions.py)
+        import_bitsandbytes_quietly()  # before peft imports it (slimrl/noise.py)
         _checked = True
 
 
 def __getattr__(name):
     # Lazy: `import slimrl` stays cheap and never imports trl before the user's script does
-    if name in ("FastLanguageModel", "PatchFastRL", "PPOConfig", "PPOTrainer"):
+    if name in (
+        "FastLanguageModel",
+        "PatchFastRL",
+        "PPOConfig",
+        "PPOTrainer",
+        *_UNSLOTH_MODEL_NAMES,
+        *_UNSLOTH_SHORTCUTS,
+    ):
         _check_versions_once()
+    if name in ("FastLanguageModel", *_UNSLOTH_MODEL_NAMES):
+        from .patches.on_import import patch_on_import
+
+        patch_on_import()  # as Unsloth's import does: TRL's trainers patched as the script imports them
     if name == "FastLanguageModel":
         from .models.fast_language_model import FastLanguageModel
 
@@ -53,6 +80,18 @@ def __getattr__(name):
         from .patches import registry
 
         return getattr(registry, name)
+    if name in _UNSLOTH_MODEL_NAMES:
+        from .models import fast_model
+
+        return getattr(fast_model, name)
+    if name in _UNSLOTH_SHORTCUTS:
+        from . import unsloth_api
+
+        return getattr(unsloth_api, name)
+    if name in _SANDBOX_NAMES:  # no TRL, no torch: model-written code runs in a separate process
+        from . import sandbox
+
+        return getattr(sandbox, name)
     if name == "SafeInterrupt":
         from .training.interrupt import SafeInterrupt
 

@@ -36,11 +36,16 @@ class ModelState:
     model_name: str | None = None  # what the user asked from_pretrained for (an adapter's base_model_name_or_path)
     checkpointing: bool | str | None = None  # False | True | "offload" once configured; None: never configured
     checkpoint_args: tuple = (None, 1)  # (checkpoint kwargs, every_n_layers) reused when training mode resumes
-    offload_stats: Any = None  # slimrl.models.checkpointing.OffloadStats of the "offload" mode
+    offloader: Any = None  # slimrl.models.offload.ActivationOffloader of the "offload" mode (pool, streams, stats)
     num_chunks: int = AUTO_CHUNKS  # slimrl_num_chunks, read by the log-prob heads at call time
     tiled_mlp: Any = None  # slimrl.models.tiled_mlp.TiledMLPState while the model's MLPs are swapped
     peft_owner: Any = None  # weakref to the PeftModel FastLanguageModel.get_peft_model made around this model
     warned: set = field(default_factory=set)  # one-time warnings already given for this model
+
+    @property
+    def offload_stats(self):
+        """The offloader's stats (slimrl.models.offload.OffloadStats); None before "offload" was first enabled."""
+        return None if self.offloader is None else self.offloader.stats
 
     def __getstate__(self):  # pickling: a weak reference cannot travel
         return {**self.__dict__, "peft_owner": None}
@@ -65,6 +70,7 @@ class TrainerState:
     row_selection: Any = None  # slimrl.patches.row_groups.RowSelection while a step's rows are scored in groups
     padding_free_stats: Any = None  # slimrl.patches.padding_free.PaddingFreeStats, once a padding-free forward ran
     step_start: Any = None  # slimrl.training.oom.StepStart of the optimizer step in progress
+    max_prompt_length: int | None = None  # the config's, for ORPO/CPO's tokenize_row (run before TRL sets self.args)
 
 
 def transformers_model(model):

@@ -107,6 +107,45 @@ def test_yaml_config_then_cli_override(tmp_path, monkeypatch):
         parse_grpo_args(["--config", str(bad)])
 
 
+@pytest.mark.parametrize(
+    "flags, mode, config_flag",
+    [
+        (["--use_gradient_checkpointing", "offload"], "offload", True),
+        (["--use_gradient_checkpointing", "Unsloth"], "offload", True),
+        (["--use_gradient_checkpointing"], True, True),
+        (["--use_gradient_checkpointing", "false"], False, False),
+        ([], None, False),  # unset: follows --gradient_checkpointing (CLI default False)
+        (["--use_gradient_checkpointing", "offload", "--gradient_checkpointing", "False"], "offload", False),
+    ],
+)
+def test_use_gradient_checkpointing_flag(flags, mode, config_flag):
+    """true/false/offload/unsloth through the models' one alias rule; the config's flag follows unless given."""
+    _, model_args, args = parse_grpo_args(["--bf16", "False", *flags])
+    assert model_args.use_gradient_checkpointing == mode and type(model_args.use_gradient_checkpointing) is type(mode)
+    assert args.gradient_checkpointing is config_flag
+
+
+def test_use_gradient_checkpointing_bad_value_and_yaml(tmp_path, capsys):
+    assert main(["grpo", "--bf16", "False", "--use_gradient_checkpointing", "sometimes"]) == 2
+    assert "use_gradient_checkpointing must be True, False, 'offload' or 'unsloth'" in capsys.readouterr().err
+    config = tmp_path / "run.yaml"
+    config.write_text("use_gradient_checkpointing: unsloth\nbf16: false\n")
+    _, model_args, args = parse_grpo_args(["--config", str(config)])
+    assert model_args.use_gradient_checkpointing == "offload" and args.gradient_checkpointing is True
+
+
+def test_grpo_run_with_offload_checkpointing(tmp_path, restore_trl, recwarn):
+    from slimrl.testing import save_tiny_model
+
+    model_dir = save_tiny_model(tmp_path / "tiny")
+    flags = ["--max_steps", "1", "--max_completion_length", "6", "--per_device_train_batch_size", "4"]
+    flags += ["--gradient_accumulation_steps", "1", "--num_generations", "4", "--num_train_samples", "8"]
+    flags += ["--num_eval_samples", "0", "--plot", "False", "--output_dir", str(tmp_path / "run")]
+    assert main(["grpo", "--model_name_or_path", model_dir, "--use_gradient_checkpointing", "offload", *flags]) == 0
+    assert (tmp_path / "run" / "adapter_model.safetensors").is_file()
+    assert not [w for w in recwarn if "overridden by" in str(w.message)]  # the config's flag followed the mode
+
+
 def test_dataset_errors_come_before_model_loading(tmp_path, restore_trl, capsys):
     """Each fails on its data (one line, exit 2) before the (nonexistent) model is looked at."""
     cases = [

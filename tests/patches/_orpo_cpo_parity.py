@@ -105,15 +105,16 @@ def build_sides(
     output_dir: str,
     peft_config=None,
     patched_config: dict | None = None,
+    data=dataset,
 ) -> Sides:
+    """The sides' trainers on identical models; `data()` builds each side's own dataset (default: explicit prompts)."""
     trainers = {}
     for side in Sides._fields:
         with side_state(side, algorithm):
             extra = (patched_config or {}) if side == "patched" else {}
             args = make_config(algorithm, output_dir, **{**config_kwargs, **extra})
-            trainers[side] = finish_side(
-                side, build_trainer(algorithm, side_model(side, model_factory), args, peft_config)
-            )
+            model = side_model(side, model_factory)
+            trainers[side] = finish_side(side, build_trainer(algorithm, model, args, peft_config, data()))
     return Sides(**trainers)
 
 

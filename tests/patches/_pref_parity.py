@@ -143,10 +143,11 @@ def build_sides(
     data_kind: str | None = None,
     patched_model_setup=None,
     patched_config: dict | None = None,
+    data=None,
 ) -> Sides:
     """The sides' trainers (_parity) on identical models; `num_chunks` / `patched_config` go to the
     patched config only, `patched_model_setup(model)` prepares the patched side's model only (e.g. FastLanguageModel's
-    checkpointing)."""
+    checkpointing); `data()`, when given, builds each side's own dataset instead of `dataset(data_kind)`."""
     kind = data_kind or DATA_KIND[algorithm]
     trainers = {}
     for side in Sides._fields:
@@ -157,7 +158,8 @@ def build_sides(
                 extra = {**({} if num_chunks is None else {"slimrl_num_chunks": num_chunks}), **(patched_config or {})}
                 model = patched_model_setup(model) if patched_model_setup is not None else model
             args = make_config(algorithm, output_dir, **{**config_kwargs, **extra})
-            trainers[side] = finish_side(side, build_trainer(algorithm, model, args, peft_config, dataset(kind)))
+            train_dataset = dataset(kind) if data is None else data()
+            trainers[side] = finish_side(side, build_trainer(algorithm, model, args, peft_config, train_dataset))
     return Sides(**trainers)
 
 

@@ -48,7 +48,11 @@ def test_eval_dataset_is_checked_too(tmp_path, unpatched):
     "algorithm, columns, needs",
     [
         ("dpo", {"prompt": ["p"], "good": ["a"], "bad": ["b"]}, r"\(chosen, rejected\)"),
-        ("kto", {"prompt": ["p"], "answer": ["a"]}, r"\(completion, label\) or \(chosen, rejected\)"),
+        (
+            "kto",
+            {"prompt": ["p"], "answer": ["a"]},
+            r"\(prompt, completion, label\) or \(chosen, rejected\) or \(prompt, chosen, rejected\)",
+        ),
         ("sft", {"question": ["q"]}, r"\(text\) or \(messages\) or \(prompt, completion\)"),
         ("reward", {"good": ["a"]}, r"\(chosen, rejected\)"),
     ],
@@ -67,14 +71,16 @@ def test_offline_trainers_name_the_columns_they_need(algorithm, columns, needs, 
         )
 
 
-def test_orpo_needs_an_explicit_prompt(tmp_path, unpatched):
-    PatchFastRL("orpo")
-    config_cls, trainer_cls = O.trl_classes("orpo")
-    with pytest.raises(ValueError, match=r"needs \(prompt, chosen, rejected\)"):
+@pytest.mark.parametrize("algorithm", ["orpo", "cpo"])
+def test_orpo_cpo_name_the_explicit_and_implicit_prompt_forms(algorithm, tmp_path, unpatched):
+    """TRL extracts an implicit prompt from chosen/rejected (the shared start), so the prompt column is optional."""
+    PatchFastRL(algorithm)
+    config_cls, trainer_cls = O.trl_classes(algorithm)
+    with pytest.raises(ValueError, match=r"needs \(chosen, rejected\) or \(prompt, chosen, rejected\)\. Rename"):
         trainer_cls(
             model=T.tiny_model(),
             args=config_cls(output_dir=str(tmp_path), report_to="none"),
-            train_dataset=Dataset.from_dict({"chosen": ["a"], "rejected": ["b"]}),
+            train_dataset=Dataset.from_dict({"prompt": ["p"], "chosen": ["a"]}),
             processing_class=T.tokenizer(),
         )
 
@@ -100,7 +106,9 @@ def test_tokenizer_without_pad_or_eos(tmp_path, unpatched):
 
 def test_num_generations_below_two(tmp_path, unpatched):
     PatchFastRL("grpo")
-    with pytest.raises(ValueError, match=r"num_generations=1: group-relative advantages need at least 2"):
+    with pytest.raises(
+        ValueError, match=r"num_generations=1 is out of range \(allowed: >= 2\): group-relative advantages"
+    ):
         R.make_config("grpo", str(tmp_path), num_generations=1, per_device_train_batch_size=2)
 
 

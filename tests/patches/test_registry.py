@@ -1,5 +1,6 @@
 """PatchFastRL's contract: one registry, checked seams, idempotent, reversible, independent of import order."""
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -100,8 +101,10 @@ def test_missing_trl_helper_the_head_reads_raises_naming_it(monkeypatch, module,
 def test_unsupported_trl_version_names_both(monkeypatch):
     import trl
 
+    from slimrl.versions import SUPPORTED
+
     monkeypatch.setattr(trl, "__version__", "2.3.0")
-    with pytest.raises(slimrl.PatchError, match=r"TRL >=1\.16,<2.*TRL 2\.3\.0 is installed"):
+    with pytest.raises(slimrl.PatchError, match=rf"TRL {re.escape(SUPPORTED['trl'])}.*TRL 2\.3\.0 is installed"):
         slimrl.PatchFastRL("grpo")
 
 
@@ -153,10 +156,13 @@ def test_offline_trainer_patches_exactly_its_seams_and_unpatches(algo):
     before = _snapshot()
     assert slimrl.PatchFastRL(algo) == [algo]
     own = {p.seam for p in registry.ALGORITHMS[algo]}
-    assert set(registry.applied_seams()) == own
+    created = {p.seam for p in registry.ALGORITHMS[algo] if p.creates}  # the config fields' defaults
+    assert set(registry.applied_seams()) == own and created
     after = _snapshot()
     for seam, obj in after.items():
-        if seam in own:
+        if seam in created:
+            assert before[seam] is seams.MISSING and obj is not seams.MISSING
+        elif seam in own:
             assert obj is not before[seam] and seams.unwrap_descriptor(obj).__slimrl_seam__ == seam
         else:
             assert obj is before[seam], f"{algo} touched {seam}"

@@ -1,4 +1,4 @@
-"""The memory planner against measured peaks (issue 15, item 6): three GRPO/DPO runs of real-ish shape on random
+"""The memory planner against measured peaks: three GRPO/DPO runs of real-ish shape on random
 models, each dominated by a different term, planned within 25% of the peak RSS of their steady steps (slow tier:
 each run is its own process, 1-5 minutes on 2 cores).
 
@@ -6,9 +6,10 @@ each run is its own process, 1-5 minutes on 2 cores).
     weights  DPO, full fine-tuning of a 60M-parameter model: weights, reference copy, AdamW state, gradients
     kv       GRPO, LoRA, 64 rows x 512 tokens generated at once, checkpointing on: the rollout's KV cache
 
-Measured on CPU with slimrl.memory's per-step peak RSS (steps after the first; one thread; the machine may be
-shared: RSS barely depends on load). Negative control: the head run planned with the chunk knob left automatic
-(128 MiB of tiles instead of 1 GiB) is far outside the tolerance, so the check can fail.
+Measured on CPU as each optimizer step's peak RSS (VmHWM, reset by the harness when a step begins, rollouts included;
+steps after the first; one thread; the machine may be shared: RSS barely depends on load). Negative control: the head
+run planned with the chunk knob left automatic (128 MiB of tiles instead of 1 GiB) is far outside the tolerance, so the
+check can fail.
 """
 
 import pytest

@@ -1,4 +1,4 @@
-"""Interruption and resume fidelity (issue 15, items 3-4): a real SIGINT/SIGTERM sent to a child process in the
+"""Interruption and resume fidelity: a real SIGINT/SIGTERM sent to a child process in the
 middle of a tiny GRPO, RLOO, DPO or PPO training; the resumed run repeats the uninterrupted one.
 
 Every run is a forked child with one torch thread, so all three runs (straight, interrupted, resumed) execute the

@@ -1,4 +1,4 @@
-"""Out of memory during a step (issue 15, item 5): caught once, the message gives the measured/planned peak and the
+"""Out of memory during a step: caught once, the message gives the measured/planned peak and the
 settings that would fit, and the last completed step's checkpoint is kept (and resumes to the uninterrupted run).
 
 Failures are injected from inside the step: a forward pre-hook on a decoder block raises `torch.OutOfMemoryError`
@@ -79,7 +79,7 @@ def test_simulated_cuda_oom_keeps_the_last_step_and_resumes_exactly(kind, tmp_pa
     message = str(caught.value)
     assert isinstance(caught.value, torch.OutOfMemoryError)  # `except torch.OutOfMemoryError` still matches
     assert "Training step 3 of 4 stopped, out of memory: CUDA out of memory. Tried to allocate 20.00 GiB" in message
-    assert "Measured peak of the last completed step:" in message
+    assert "Memory high-water mark when the last completed step ended:" in message
     assert "Planned peak of this step:" in message or kind == "ppo"  # slimrl plan has no PPO model yet
     checkpoint = tmp_path / "run" / "checkpoint-2"
     assert f"checkpoint is kept: {checkpoint}" in message

@@ -69,9 +69,17 @@ class ModelArguments:
     lora_target_modules: list[str] | None = field(
         default=None, metadata={"help": "Modules that get LoRA adapters; unset = all attention and MLP projections."}
     )
-    use_gradient_checkpointing: bool | None = field(
+    # Parsed as text (true, false, offload, unsloth; bare flag = true) and normalised in __post_init__ by the models'
+    # own rule, so it holds False, True or "offload" (or None: unset) after parsing.
+    use_gradient_checkpointing: str | None = field(
         default=None,
-        metadata={"help": "Gradient checkpointing in get_peft_model; unset = follow --gradient_checkpointing."},
+        metadata={
+            "nargs": "?",
+            "const": "true",
+            "help": "Gradient checkpointing in get_peft_model: true, false, or offload (alias unsloth: the layer "
+            "inputs wait in host memory, copied beside the compute). Unset = follow --gradient_checkpointing; "
+            "set, it also sets --gradient_checkpointing unless that is given.",
+        },
     )
     fast_inference: bool = field(
         default=False,
@@ -96,6 +104,12 @@ class ModelArguments:
             "CPU; decodes ~1.5-2x slower at batch 16-64)."
         },
     )
+
+    def __post_init__(self):
+        if self.use_gradient_checkpointing is not None:
+            from slimrl.models.checkpointing import normalize_mode
+
+            self.use_gradient_checkpointing = normalize_mode(self.use_gradient_checkpointing)
 
 
 @dataclass
@@ -157,6 +171,13 @@ class DataArguments:
             "const": "latest",
             "help": "Resume a stopped run: alone, the newest checkpoint in --output_dir; with a folder, that "
             "checkpoint or the newest one in that run folder. Ctrl-C / SIGTERM and out-of-memory stops write one.",
+        },
+    )
+    public: bool = field(
+        default=False,
+        metadata={
+            "help": "With --push_to_hub: create the Hub repository public. Default: private (hub_private_repo=True, "
+            "unlike TRL's default of leaving it to the Hub, which makes it public)."
         },
     )
     resume_command: str | None = field(default=None, init=False, repr=False)  # set by run_control
@@ -314,6 +335,21 @@ def mark_user_fields(training_args, argv: list[str]) -> None:
     config_state(training_args).user_fields = frozenset(given & names)
 
 
+def follow_model_checkpointing(model_args, training_args) -> None:
+    """--use_gradient_checkpointing given, --gradient_checkpointing not: the config's flag follows the model's mode
+    (the patched trainers would otherwise warn about a flag the user never set)."""
+    from slimrl.state import user_set
+
+    mode = model_args.use_gradient_checkpointing
+    if mode is None or user_set(training_args, "gradient_checkpointing"):
+        return
+    if user_set(training_args, "activation_checkpointing"):
+        return
+    training_args.gradient_checkpointing = bool(mode)
+    if hasattr(training_args, "activation_checkpointing"):  # transformers 5's name of the same flag
+        training_args.activation_checkpointing = bool(mode)
+
+
 def parse_grpo_args(argv: list[str]):
     """(task_args, model_args, training_args) from argv (may contain `--config file.yaml`)."""
     return parse_online_args(build_grpo_parser(), argv)
@@ -326,6 +362,7 @@ def parse_online_args(parser, argv: list[str]):
     apply_slimrl_arguments(training_args, slimrl_args)
     resolve_eval_samples(task_args, training_args.max_steps)
     mark_user_fields(training_args, list(argv))
+    follow_model_checkpointing(model_args, training_args)
     if model_args.dtype == "auto":
         model_args.dtype = None
     if "{task}" in str(training_args.output_dir):

@@ -11,6 +11,7 @@ from slimrl.cli.args import (
     ModelArguments,
     SlimrlArguments,
     apply_slimrl_arguments,
+    follow_model_checkpointing,
     mark_user_fields,
     parse_with_config,
     resolve_eval_samples,
@@ -83,6 +84,7 @@ def parse_preference_args(algorithm: str, argv: list[str]):
     apply_slimrl_arguments(training_args, slimrl_args)
     resolve_eval_samples(task_args, training_args.max_steps)
     mark_user_fields(training_args, list(argv))
+    follow_model_checkpointing(model_args, training_args)
     if model_args.dtype == "auto":
         model_args.dtype = None
     if model_args.fast_inference:

@@ -3,17 +3,21 @@
 Modes, recorded on the transformers model (slimrl.state.ModelState.checkpointing; reached through a PeftModel too):
   False      no checkpointing.
   True       non-reentrant `torch.utils.checkpoint` around every decoder layer (transformers' own mechanism).
-  "offload"  the same, and the layer inputs that checkpointing keeps for the recompute are moved to host memory
-             (pinned when CUDA is available) and brought back for the backward. "unsloth" is an alias.
+  "offload"  the same, and the layer inputs that checkpointing keeps for the recompute wait in host memory
+             (slimrl.models.offload: side copy stream, pinned buffer pool, prefetch, newest input kept on the
+             device). "unsloth" is an alias.
 
 Choices:
 - Offloading uses our own checkpoint function instead of transformers'
   `activation_checkpointing_enable(offload=True)`. Both rely on the same fact: non-reentrant checkpointing saves the
   layer inputs through autograd's saved-tensor hooks (`_NoopSaveInputs.save_for_backward`), so an outer hook sees
-  them and can move them. But transformers wraps the call in `save_on_cpu(pin_memory=True)`, which raises on a
-  CPU-only torch build ("pin_memory=True requires a CUDA or other accelerator backend") and copies tensors that
-  already live in host memory. Ours pins only when CUDA is available and leaves host tensors where they are, so on
-  a CPU-only machine "offload" costs what True costs and gives the same numbers.
+  them and can move them. But transformers wraps the call in `save_on_cpu(pin_memory=True)`, which copies on the
+  compute stream (the step waits for every copy), allocates host memory every step, moves the last layer's input
+  out and straight back, and raises on a CPU-only torch build. Ours (slimrl.models.offload) copies beside the
+  compute and leaves host tensors where they are, so on a CPU-only machine "offload" costs what True costs and
+  gives the same numbers.
+- One ActivationOffloader per model (ModelState.offloader), made when "offload" is first enabled and kept through
+  every later enable, so its host buffers are reused from step to step; `configure_offload` changes its settings.
 - The mode must survive the places that re-enable checkpointing themselves: `Trainer.__init__`
   (`activation_checkpointing_enable(offload=False)` when `args.gradient_checkpointing`), TRL's
   `unwrap_model_for_generation` and `disable_gradient_checkpointing` (disable, then
@@ -31,12 +35,12 @@ from __future__ import annotations
 import functools
 import logging
 import types
-from dataclasses import dataclass
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from ..state import model_state, transformers_model
+from .offload import ActivationOffloader
 
 logger = logging.getLogger("slimrl")
 
@@ -58,38 +62,29 @@ def normalize_mode(value) -> bool | str:
 base_transformers_model = transformers_model  # the transformers model under a PeftModel (or the model itself)
 
 
-@dataclass
-class OffloadStats:
-    """What the offload hook saw: every tensor checkpointing saved, and those it moved to host memory."""
-
-    tensors_seen: int = 0
-    tensors_moved: int = 0
-    bytes_moved: int = 0
-
-
-def _pack_to_host(stats: OffloadStats, tensor: torch.Tensor):
-    stats.tensors_seen += 1
-    if tensor.device.type == "cpu":
-        return tensor  # already in host memory: nothing to move, no copy
-    pin = torch.cuda.is_available() and tensor.device.type == "cuda"
-    host = torch.empty(tensor.size(), dtype=tensor.dtype, layout=tensor.layout, pin_memory=pin)
-    host.copy_(tensor, non_blocking=pin)
-    stats.tensors_moved += 1
-    stats.bytes_moved += tensor.numel() * tensor.element_size()
-    return tensor.device, host
-
-
-def _unpack_from_host(packed):
-    if isinstance(packed, torch.Tensor):
-        return packed
-    device, host = packed
-    return host.to(device, non_blocking=host.is_pinned())
-
-
-def offloaded_checkpoint(stats: OffloadStats, checkpoint_kwargs: dict, function, *args, **kwargs):
-    """`torch.utils.checkpoint.checkpoint` with the saved layer inputs held in host memory."""
-    with torch.autograd.graph.saved_tensors_hooks(functools.partial(_pack_to_host, stats), _unpack_from_host):
+def offloaded_checkpoint(offloader: ActivationOffloader, checkpoint_kwargs: dict, function, *args, **kwargs):
+    """`torch.utils.checkpoint.checkpoint` with the saved layer inputs handled by `offloader`."""
+    with torch.autograd.graph.saved_tensors_hooks(offloader.pack, offloader.unpack):
         return checkpoint(function, *args, **checkpoint_kwargs, **kwargs)
+
+
+def configure_offload(model, *, min_bytes: int | None = None, keep_last: int | None = None, host_tensors=None):
+    """Settings of the model's activation offload (used when its mode is "offload"); None leaves one as it is.
+
+    min_bytes: layer inputs smaller than this stay on the device (default 1 MiB). keep_last: how many of the newest
+    layer inputs stay on the device (default 1). host_tensors: also send inputs that already live in host memory
+    through the offload path (CPU runs; only useful to exercise that path). Returns the model's ActivationOffloader.
+    """
+    offloader = _offloader(model_state(base_transformers_model(model)))
+    offloader.configure(min_bytes, keep_last, host_tensors)
+    return offloader
+
+
+def _offloader(state) -> ActivationOffloader:
+    """The model's one offloader, made on first use (its host pool then lives as long as the model)."""
+    if state.offloader is None:
+        state.offloader = ActivationOffloader()
+    return state.offloader
 
 
 def _checkpoint_kwargs(kwargs: dict | None) -> dict:
@@ -112,9 +107,7 @@ def _enable(base, mode, checkpoint_kwargs: dict | None = None, every_n_layers: i
     kwargs = _checkpoint_kwargs(checkpoint_kwargs)
     state = model_state(base)
     if mode == "offload":
-        if state.offload_stats is None:
-            state.offload_stats = OffloadStats()
-        func = functools.partial(offloaded_checkpoint, state.offload_stats, kwargs)
+        func = functools.partial(offloaded_checkpoint, _offloader(state), kwargs)
     else:
         func = functools.partial(checkpoint, **kwargs)
     base._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=func, every_n_layers=every_n_layers)

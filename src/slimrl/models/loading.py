@@ -15,6 +15,7 @@ Choices:
   ZeRO-3 no map is passed (transformers refuses one; DeepSpeed places the shards). A 4-bit load on CPU passes
   `device_map="cpu"` (bitsandbytes needs it); otherwise transformers' default (CPU) stands.
 - Tokenizer: a missing pad token becomes eos (or unk); a missing chat template becomes ChatML; both are logged.
+  `apply_chat_template(..., tokenize=True)` returns the ids as in transformers 4.x (chat_template_ids.py).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ import warnings
 
 import torch
 
+from ..notices import notice
 from ..state import model_state
-from . import adapters, embedded, quantization
+from . import adapters, chat_template_ids, embedded, quantization
 from .sources import check_local_source, hub_error, looks_like_path, pickle_only_error
 
 logger = logging.getLogger("slimrl")
@@ -66,7 +68,14 @@ _IGNORED_UNSLOTH_KWARGS = (
     "load_in_16bit",
     "fast_inference_kwargs",
     "qat_scheme",
+    "offload_embedding",  # Unsloth's embedding matrix kept in host memory
+    "device_map_planner_kwargs",  # options of Unsloth's device_map="unsloth" planner
 )
+# Weight formats slimrl has no path for: refused when asked for (False is accepted and dropped)
+_REFUSED_LOADS = {
+    "load_in_8bit": "load_in_8bit=True is not supported by slimrl; use load_in_4bit=True or neither.",
+    "load_in_fp8": "load_in_fp8=True (FP8 weights) is not supported by slimrl; use load_in_4bit=True or neither.",
+}
 
 
 def cpu_bf16_flags(cpuinfo_path: str = "/proc/cpuinfo") -> set[str]:
@@ -116,14 +125,29 @@ def _target_device_type(kwargs: dict) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def take_torch_dtype(dtype, kwargs: dict):
+    """transformers 4.x's `torch_dtype=` as `dtype=` (transformers 5's name), with a notice; both, different: error."""
+    if "torch_dtype" not in kwargs:
+        return dtype
+    torch_dtype = kwargs.pop("torch_dtype")
+    if dtype is not None and parse_dtype(dtype) != parse_dtype(torch_dtype):
+        raise ValueError(f"from_pretrained got both dtype={dtype} and torch_dtype={torch_dtype}; pass only dtype.")
+    notice(f"from_pretrained(torch_dtype=...) is transformers 5's dtype=...; using dtype={torch_dtype}.")
+    return torch_dtype
+
+
 def split_kwargs(kwargs: dict) -> tuple[dict, dict]:
     """(from_pretrained kwargs, slimrl options) after dropping Unsloth-only keywords with a warning."""
     hf_kwargs, options = dict(kwargs), {}
     for key in ("use_gradient_checkpointing", "full_finetuning", "allow_unsafe_weights"):
         if key in hf_kwargs:
             options[key] = hf_kwargs.pop(key)
-    if hf_kwargs.pop("load_in_8bit", False):
-        raise NotImplementedError("load_in_8bit=True is not supported by slimrl; use load_in_4bit=True or neither.")
+    for key, refusal in _REFUSED_LOADS.items():
+        if hf_kwargs.pop(key, False):
+            raise NotImplementedError(refusal)
+    if hf_kwargs.get("device_map") == "unsloth":  # Unsloth's multi-GPU planner; one device here
+        hf_kwargs.pop("device_map")
+        notice("device_map='unsloth' is Unsloth's multi-GPU planner; using slimrl's placement (device_map=None).")
     for key in _IGNORED_UNSLOTH_KWARGS:
         if key in hf_kwargs:
             warnings.warn(
@@ -238,6 +262,7 @@ def load_model_and_tokenizer(
     local_folder: a GGUF file goes through a cached safetensors folder (what vLLM loads); the folder (or the Hub id)
     the weights came from is returned as options["source_path"].
     """
+    dtype = take_torch_dtype(dtype, kwargs)
     hf_kwargs, options = split_kwargs(kwargs)
     if options.get("full_finetuning") and load_in_4bit:
         raise ValueError("full_finetuning=True and load_in_4bit=True: a 4-bit base cannot be fully fine-tuned.")
@@ -262,6 +287,7 @@ def load_model_and_tokenizer(
         count = quantization.disable_cpu_repacking(model)
         logger.info("bitsandbytes CPU repack path disabled on %d Linear4bit layers (it drops gradients)", count)
     prepare_tokenizer(tokenizer, model)
+    chat_template_ids.swap_in(tokenizer)  # apply_chat_template(tokenize=True) -> ids, as in transformers 4.x
 
     max_positions = getattr(model.config, "max_position_embeddings", None)
     if max_positions is not None and max_seq_length > max_positions:

@@ -7,9 +7,11 @@ stock's constant `tensor(0.0)` when `cpo_alpha == 0`, when no NLL target is scor
 every position; the prompt forwarded once for chosen and rejected under `slimrl_shared_prefix`); the set-up shared
 with DPO/KTO (offline.py, `slimrl_shared_prefix` included); `trl.CPOConfig` / `trl.CPOTrainer` as reversible aliases
 of `trl.experimental.cpo`'s classes.
+`tokenize_row`: with `max_prompt_length` set, TRL 0.2x's prompt-then-answer cut (prompt_limit.py).
 TRL's own: `get_batch_loss_metrics`, `cpo_loss` (AlphaPO, label smoothing, simpo_gamma), the metrics, the collator.
 """
 
+from . import prompt_limit
 from .concatenated_forward import FORWARD_PARAMS, TRAINER_PARAMS, PairedForward, concatenated_forward_maker
 from .offline import SHARED_PREFIX_OFFLINE, offline_patches
 from .seams import Patch, alias_patches
@@ -31,6 +33,13 @@ PATCHES = [
         FORWARD_PARAMS,
         concatenated_forward_maker(CPO),
         "chunked log-probs / NLL / mean-logits from the hidden states; no [2B, T, V] logits",
+    ),
+    Patch(
+        TRAINER,
+        "tokenize_row",
+        ("self", "feature", "model"),
+        prompt_limit.make_tokenize_row,
+        "max_prompt_length: TRL 0.2x's prompt-then-answer cut",
     ),
     *offline_patches(
         "cpo", TRAINER, "trl.experimental.cpo.cpo_config.CPOConfig", TRAINER_PARAMS, family=SHARED_PREFIX_OFFLINE

@@ -6,12 +6,15 @@ completion tokens in bounded chunks; the policy asks for log_probs, entropy, mea
 `slimrl_shared_prefix`, precision and checks, the trainer set-up (the knob is on the policy before TRL's `__init__`,
 so a `precompute_ref_log_probs=True` pass run inside it uses it too; a reference TRL loads itself gets it right after),
 the `peak_memory_gb` metric. Shared-prefix forwards (shared_prefix.py): `_compute_loss` and `compute_ref_log_probs`
-run inside a context in which chosen and rejected rows forward their common prompt once.
+run inside a context in which chosen and rejected rows forward their common prompt once. `_prepare_dataset`: the
+tokenized prompts cut to `max_prompt_length` (prompt_limit.py) when it is set.
 TRL's own: `_compute_loss` (every loss, f-divergence, LD-DPO, WPO weighting, metrics), the reference pass (PEFT
 adapter disabled or `ref_model`), `_precompute_ref_logps` and its cache, the data collator, `activation_offloading`.
 """
 
+from . import prompt_limit
 from .offline import SHARED_PREFIX_OFFLINE, offline_patches
+from .seams import Patch
 from .shared_prefix import DPO_PATCHES
 
 PATCHES = [
@@ -24,4 +27,11 @@ PATCHES = [
         family=SHARED_PREFIX_OFFLINE,
     ),
     *DPO_PATCHES,
+    Patch(
+        "trl.trainer.dpo_trainer.DPOTrainer",
+        "_prepare_dataset",
+        ("self", "dataset", "processing_class", "args", "dataset_name"),
+        prompt_limit.make_prepare_dataset,
+        "max_prompt_length: tokenized prompts keep their last tokens",
+    ),
 ]

@@ -6,12 +6,13 @@ Patched (beyond the shared set-up of trainer_setup.py):
 2. Config: the fields `vllm_sampling_params` (rollouts on the model's vLLM engine), `slimrl_reward_errors`
    ("raise" | "skip", see rewards.py), `slimrl_shared_prefix` ("auto" | True | False, shared_prefix_rules.py) and
    the long-context fields `slimrl_rows_per_group`, `slimrl_padding_free`, `slimrl_tiled_mlp` (row_groups_rules.py);
-   `max_new_tokens` as the older name of `max_completion_length`, the removed `max_prompt_length` refused saying
-   why (compat.py); config checks: learning rate, sampling temperature, batch geometry fitted or refused
-   (validation.py).
-3. Trainer `__init__`: every callable reward function wrapped (rewards.py: keywords by signature, a parameter no
-   column provides refused now, failures named); the model's `max_seq_length` against the completion length and
-   the dataset's longest prompt; around TRL's `__init__`, the engine's rollout config
+   `max_new_tokens` as the older name of `max_completion_length` (compat.py), `max_prompt_length` with its TRL 0.2x
+   meaning (prompt_limit.py: `_tokenize_prompts` keeps a long prompt's last tokens); config checks: every numeric
+   field's range (config_ranges.py), the learning-rate warning, batch geometry fitted or refused (validation.py).
+3. Trainer `__init__`: the dataset's columns and rows (data_checks.py, row_checks.py); every callable reward
+   function wrapped (rewards.py: keywords by signature, a parameter no column provides refused now, failures
+   named), a reward given as a string checked to be a loadable model; the model's `max_seq_length` against the
+   completion length and the dataset's longest prompt; around TRL's `__init__`, the engine's rollout config
    (vllm_rollouts.engine_rollouts: `use_vllm` switched on for an attached engine, `vllm_sampling_params` checked and
    copied into the config, visible to the VLLMGeneration seam).
 4. `_generate_single_turn`: FastLanguageModel.for_inference / for_training around every rollout (KV cache on,
@@ -37,11 +38,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from . import row_groups_rules, shared_prefix_rules, validation
+from . import prompt_limit, row_groups_rules, shared_prefix_rules, validation
 from .compat import ONLINE_REMOVED, ONLINE_RENAMED
 from .data_checks import dataset_check
 from .rewards import check_policy, checked_rewards
 from .rollout_buffer import rollout_buffer_patches
+from .row_checks import rows_check
 from .row_groups import row_group_patches
 from .seams import Patch
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
@@ -56,6 +58,7 @@ def check_sequence_lengths(call: SetupCall) -> None:
 
 def check_config(args) -> None:
     check_policy(args.slimrl_reward_errors)
+    prompt_limit.check_config(args)
     shared_prefix_rules.check_config(args)
     row_groups_rules.check_config(args)
     validation.check_config(args)
@@ -77,6 +80,7 @@ ONLINE = Family(
         ("vllm_server_sync", "auto"),
         ("slimrl_reward_errors", "raise"),
         shared_prefix_rules.FIELD,
+        prompt_limit.FIELD,
         *row_groups_rules.FIELDS,
     ),
     renamed_fields=ONLINE_RENAMED,
@@ -113,7 +117,7 @@ def make_generate_single_turn(original):
 def online_patches(algorithm: str, module: str, trainer: str, config_module: str, config: str) -> list[Patch]:
     """The patch list of GRPO or RLOO (their seams have the same names and shapes)."""
     trainer_path = f"{module}.{trainer}"
-    family = dataclasses.replace(ONLINE, checks=(dataset_check(algorithm), *ONLINE.checks))
+    family = dataclasses.replace(ONLINE, checks=(dataset_check(algorithm), rows_check(algorithm), *ONLINE.checks))
     return [
         fused_head_patch(module),
         *setup_patches(
@@ -122,6 +126,13 @@ def online_patches(algorithm: str, module: str, trainer: str, config_module: str
             f"{config_module}.{config}",
             ("self", "model", "reward_funcs", "args", "train_dataset", "eval_dataset", "processing_class"),
             step_params=("self", "model", "inputs", "num_items_in_batch"),
+        ),
+        Patch(
+            trainer_path,
+            "_tokenize_prompts",
+            ("self", "prompts"),
+            prompt_limit.make_tokenize_prompts,
+            "max_prompt_length: longer prompts keep their last tokens",
         ),
         Patch(
             trainer_path,

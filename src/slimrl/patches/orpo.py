@@ -8,11 +8,13 @@ precision, checkpointing, `max_length`, the `peak_memory_gb` metric in `_stored_
 `trl.ORPOTrainer`, which TRL 1.16 has only under `trl.experimental.orpo` while Unsloth scripts write
 `from trl import ORPOConfig, ORPOTrainer`: reversible aliases (unpatch deletes them; a TRL that defines them itself is
 left alone).
+`tokenize_row`: with `max_prompt_length` set, TRL 0.2x's prompt-then-answer cut (prompt_limit.py).
 TRL's own: `get_batch_loss_metrics`, `odds_ratio_loss`, the metrics, the data collator.
 """
 
 import torch
 
+from . import prompt_limit
 from .concatenated_forward import FORWARD_PARAMS, TRAINER_PARAMS, PairedForward, concatenated_forward_maker
 from .offline import SHARED_PREFIX_OFFLINE, offline_patches
 from .seams import Patch, alias_patches
@@ -34,6 +36,13 @@ PATCHES = [
         FORWARD_PARAMS,
         concatenated_forward_maker(ORPO),
         "chunked log-probs / NLL / mean-logits from the hidden states; no [2B, T, V] logits",
+    ),
+    Patch(
+        TRAINER,
+        "tokenize_row",
+        ("self", "feature", "model"),
+        prompt_limit.make_tokenize_row,
+        "max_prompt_length: TRL 0.2x's prompt-then-answer cut",
     ),
     *offline_patches(
         "orpo", TRAINER, "trl.experimental.orpo.orpo_config.ORPOConfig", TRAINER_PARAMS, family=SHARED_PREFIX_OFFLINE

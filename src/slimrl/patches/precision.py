@@ -23,7 +23,8 @@ from ..state import config_state
 logger = logging.getLogger("slimrl")
 
 
-def _cuda_bf16() -> bool:
+def cuda_bf16_supported() -> bool:
+    """What slimrl counts as bf16-capable for training: a CUDA GPU with bfloat16 (a CPU needs use_cpu=True)."""
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
@@ -34,13 +35,13 @@ def resolve_config_precision(args) -> None:
     state = config_state(args)
     state.auto_precision = False
     if user_bf16 is None and not user_fp16:
-        if not _cuda_bf16() and not getattr(args, "use_cpu", False):
+        if not cuda_bf16_supported() and not getattr(args, "use_cpu", False):
             state.auto_precision = True
             args.bf16 = False
         return
     if user_bf16 and user_fp16:
         raise ValueError("bf16=True and fp16=True were both set: choose one (or leave both unset for slimrl to pick).")
-    if user_bf16 and not getattr(args, "use_cpu", False) and not _cuda_bf16():
+    if user_bf16 and not getattr(args, "use_cpu", False) and not cuda_bf16_supported():
         where = "this GPU has no bf16 support" if torch.cuda.is_available() else "no GPU is available"
         raise ValueError(
             f"bf16=True but {where}. Leave `bf16` unset (slimrl then picks the precision from the model), set "
@@ -89,7 +90,7 @@ def resolve_trainer_precision(args, model) -> None:
         bf16, fp16 = False, False
     elif dtype == torch.float16:
         bf16, fp16 = False, True
-    elif _cuda_bf16():
+    elif cuda_bf16_supported():
         bf16, fp16 = True, False
     else:
         bf16, fp16 = False, True

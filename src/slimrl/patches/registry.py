@@ -7,6 +7,9 @@ Rules every patch follows (seams.py says what a patch is):
 - Patching is idempotent, reversible (`unpatch()` puts back the very objects that were there) and independent of
   import order: classes are patched in place, so `from trl import GRPOTrainer` before or after sees the patch.
 - Importing this module imports no TRL: the algorithm modules hold plain lists of dotted paths.
+- Patching on import (on_import.py, called on `from slimrl import FastLanguageModel` as Unsloth patches TRL on import)
+  applies each algorithm through `apply_on_import`, the same checked path as `PatchFastRL`, when a script imports its
+  TRL modules (`trl_modules`, `trl_aliases`); `unpatch()` removes the hook (auto.py).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cpo, dpo, grpo, kto, orpo, ppo, reward, rloo, sft
+from . import auto, cpo, dpo, grpo, kto, orpo, ppo, reward, rloo, sft
 from .compat import REMOVED_ALGORITHMS
 from .seams import MISSING, Patch, PatchError, check_seam, check_trl_version, own_attr, trl_version, unwrap_descriptor
 
@@ -112,7 +115,10 @@ def PatchFastRL(algorithm: str | None = None, FastLanguageModel: Any = None) -> 
 
     `FastLanguageModel` is accepted for Unsloth compatibility and not needed. Returns the algorithms now patched.
     """
-    algorithms = _normalize(algorithm)
+    return _patch(_normalize(algorithm))
+
+
+def _patch(algorithms: list[str]) -> list[str]:
     check_trl_version()
     todo = [p for a in algorithms if a not in _STATE.algorithms for p in ALGORITHMS[a]]
     # Check every seam before assigning anything, so a moved seam leaves stock TRL untouched
@@ -126,8 +132,12 @@ def PatchFastRL(algorithm: str | None = None, FastLanguageModel: Any = None) -> 
 
 
 def unpatch(algorithm: str | None = None) -> None:
-    """Restore stock TRL exactly (all algorithms, or one)."""
+    """Restore stock TRL exactly (all algorithms and the patching on import, or one algorithm)."""
     algorithms = _normalize(algorithm) if algorithm is not None else sorted(_STATE.algorithms)
+    if algorithm is None:
+        auto.uninstall()  # no more patching on import in this process
+    else:
+        auto.forget(algorithms)
     still_needed = {p.seam for a in _STATE.algorithms - set(algorithms) for p in ALGORITHMS[a]}
     leaving = {p.seam for a in algorithms for p in ALGORITHMS[a]}
     for seam, rec in list(_STATE.applied.items()):
@@ -154,3 +164,30 @@ def applied_seams() -> list[str]:
 def describe(algorithm: str) -> list[tuple[str, str]]:
     """(seam, what it changes) of every patch of `algorithm`."""
     return [(p.seam, p.doc) for p in ALGORITHMS[_normalize(algorithm)[0]]]
+
+
+def _module_of(owner: str) -> str:
+    """The module part of a patch owner's dotted path: up to its first CamelCase part (a class)."""
+    parts = owner.split(".")
+    cut = next((i for i, part in enumerate(parts) if part[:1].isupper()), len(parts))
+    return ".".join(parts[:cut])
+
+
+def trl_modules(algorithm: str) -> frozenset[str]:
+    """The TRL modules `algorithm`'s patches live in (the top-level `trl`, where aliases go, left out)."""
+    return frozenset(_module_of(p.owner) for p in ALGORITHMS[algorithm]) - {"trl"}
+
+
+def trl_aliases() -> dict[str, str]:
+    """ "trl.<Name>" -> the algorithm whose patches add that name to `trl` (ORPO's, CPO's, PPO's classes)."""
+    return {f"trl.{p.name}": a for a, patches in ALGORITHMS.items() for p in patches if p.owner == "trl"}
+
+
+def apply_on_import(algorithm: str) -> None:
+    """Patch `algorithm` as the import hook asks (on_import.py): `PatchFastRL`'s checks and records."""
+    _patch([algorithm])
+
+
+def import_rules() -> tuple[dict[str, frozenset[str]], dict[str, str]]:
+    """What the import hook watches: each algorithm's TRL modules, and the `trl` names aliases add."""
+    return {a: trl_modules(a) for a in ALGORITHMS}, trl_aliases()

@@ -13,6 +13,9 @@ reward (reward models are left alone) in a `CheckedReward`:
    count as the metric `rewards/<name>/errors` (TRL's `log_metric`).
 4. Results: a wrong number of values, a non-number, NaN or inf is a failure under the same policy (None stays TRL's
    "not applicable" and passes through).
+5. A string is a reward model TRL will load (AutoModelForSequenceClassification): checked at set-up to be a local
+   model folder or a Hub model id whose config resolves (the cache when offline); otherwise a ValueError says what
+   reward_funcs accepts, instead of a Hub connection error from inside TRL.
 The wrapper keeps the function's name (TRL names its metrics after it) and its async-ness, and pickles.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 from typing import Any
 
 REWARD_ERROR_POLICIES = ("raise", "skip")
@@ -47,9 +51,14 @@ def check_policy(value) -> str:
     return value
 
 
-def _callable_name(func) -> str:
+def _unwrapped(func):
     while isinstance(func, functools.partial):
         func = func.func
+    return func
+
+
+def _callable_name(func) -> str:
+    func = _unwrapped(func)
     return getattr(func, "__name__", type(func).__name__)
 
 
@@ -108,6 +117,10 @@ class CheckedReward:
         self.func, self.policy = func, check_policy(policy)
         self.__name__ = _callable_name(func)  # TRL names the reward's metrics after it
         self.__doc__ = getattr(func, "__doc__", None)
+        # Python names a call's argument errors after these (e.g. a dataset column that repeats a keyword TRL passes
+        # itself: "module.func() got multiple values for keyword argument 'completions'", as stock reports it)
+        self.__qualname__ = getattr(_unwrapped(func), "__qualname__", self.__name__)
+        self.__module__ = getattr(_unwrapped(func), "__module__", None)
         self.accepted = accepted_keywords(func)
 
     def _keywords(self, kwargs: dict) -> dict:
@@ -194,9 +207,48 @@ class AsyncCheckedReward(CheckedReward):
         return self._apply_policy(kwargs, self._results(kwargs, output), None)
 
 
+ACCEPTED_REWARDS = (
+    "reward_funcs takes a function `reward(completions, **kwargs) -> list[float]`, a loaded reward model "
+    "(AutoModelForSequenceClassification), or a string naming a reward model: a local model folder or a Hub model id"
+)
+
+
+def _function_hint(spec: str) -> str:
+    import trl.rewards
+
+    if callable(getattr(trl.rewards, spec, None)):
+        return f" {spec!r} is TRL's reward function: pass it, `from trl.rewards import {spec}`."
+    return " A function is passed itself (`reward_funcs=[my_reward]`), not by its name."
+
+
+def check_reward_model_spec(spec: str) -> None:
+    """Raise ValueError unless `spec` is a local model folder or a Hub model id whose config.json resolves."""
+    if os.path.isdir(spec):
+        if os.path.isfile(os.path.join(spec, "config.json")):
+            return
+        why = "a folder without config.json"
+    else:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.utils import validate_repo_id
+
+        try:
+            validate_repo_id(spec)
+            hf_hub_download(spec, "config.json")
+            return
+        except Exception as exc:  # noqa: BLE001 - invalid id, offline, missing repo: all said below
+            lines = str(exc).strip().splitlines() or [type(exc).__name__]
+            offline = os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True")
+            why = (
+                f"not a local folder, and as a Hub model id{' (HF_HUB_OFFLINE is set)' if offline else ''}: {lines[0]}"
+            )
+    raise ValueError(
+        f"reward_funcs entry {spec!r} is neither a function nor a loadable reward model ({why}). "
+        f"{ACCEPTED_REWARDS}.{_function_hint(spec)}"
+    )
+
+
 def is_async(func) -> bool:
-    while isinstance(func, functools.partial):
-        func = func.func
+    func = _unwrapped(func)
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
 
 
@@ -205,6 +257,8 @@ def checked_rewards(reward_funcs, columns, policy: str):
     funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
     wrapped = []
     for func in funcs:
+        if isinstance(func, str):
+            check_reward_model_spec(func)
         if isinstance(func, (str, CheckedReward)) or hasattr(func, "parameters") or not callable(func):
             wrapped.append(func)
             continue

@@ -8,22 +8,25 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
    taken under the new name with a notice (both given and different: an error naming both); fields TRL removed get
    an error saying what replaced them. The fields the user passed are recorded (slimrl.state.ConfigState): slimrl
    may adjust a TRL default but never a value the user set.
-2. Config `__post_init__`: defaults for slimrl's fields where the config was built without `__init__`
-   (`dataclasses.replace`, a parser), precision flags resolved where TRL's default cannot run (precision.py), then
-   `use_cpu` for a multi-process launch without an accelerator (distributed.py), the family's config checks, then
-   TRL's own (the clearer message wins).
+2. Config class: each slimrl field's default as a class attribute (config_default_patches), so a config built
+   before patching, by `dataclasses.replace` or a parser reads slimrl's defaults. Config `__post_init__`: precision
+   flags resolved where TRL's default cannot run (precision.py), then `use_cpu` for a multi-process launch without an
+   accelerator (distributed.py), every numeric field against its meaningful range (config_ranges.py), the family's
+   config checks, then TRL's own (the clearer message wins).
 3. Trainer `__init__`: `tokenizer=` (the name older TRL and Unsloth scripts use) taken as `processing_class=` with a
-   notice; TRL's arguments bound by name. Around TRL's `__init__`, the family's context (online: the vLLM engine's
-   rollout config). Before it: the arguments adapted (no `processing_class`: the tokenizer FastLanguageModel
-   returned with the model; the family's adapters, e.g. GRPO's reward functions), precision against the model's
-   weights, the family's checks, the model's checkpointing mode against the config's flag, the knob on every model
-   given (`precompute_ref_log_probs` runs a reference pass inside TRL's `__init__`). TRL's `__init__` then gets the
-   adapted arguments. After it: the knob on the models TRL ended up with (a reference it loaded itself included) and
-   the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
-4. `training_step`: the step's peak memory (CUDA max allocated, or peak RSS on CPU) as the `peak_memory_gb` metric,
-   in the trainer's own metric store (`_metrics`, or `_stored_metrics` for the older ORPO/CPO trainers); an
-   out-of-memory error, or a peak over `slimrl_max_memory_gb`, stops training with the last completed step's
-   checkpoint kept (slimrl.training.oom).
+   notice, and keywords TRL 0.x took on the trainer that are config fields now (`beta=`, `max_length=`) set on the
+   config with a notice (compat.py); TRL's arguments bound by name. Around TRL's `__init__`, the family's context
+   (online: the vLLM engine's rollout config). Before it: the arguments adapted (no `processing_class`: the tokenizer
+   FastLanguageModel returned with the model; the family's adapters, e.g. GRPO's reward functions), precision against
+   the model's weights, the family's checks, the model's checkpointing mode against the config's flag, the knob on
+   every model given (`precompute_ref_log_probs` runs a reference pass inside TRL's `__init__`). TRL's `__init__`
+   then gets the adapted arguments. After it: the knob on the models TRL ended up with (a reference it loaded itself
+   included) and the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
+4. `training_step`: the memory high-water mark at the step's end (CUDA max allocated, or VmHWM on CPU; read, never
+   reset: slimrl.memory) as the `peak_memory_gb` metric, in the trainer's own metric store (`_metrics`, or
+   `_stored_metrics` for the older ORPO/CPO trainers); an out-of-memory error, or a step that raises the mark over
+   `slimrl_max_memory_gb`, stops training with the last completed step's checkpoint kept (slimrl.training.oom).
+5. `train(resume_from_checkpoint=...)`: the checkpoint checked whole first (resume_checks.py).
 """
 
 from __future__ import annotations
@@ -37,14 +40,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..memory import gib, peak_memory_bytes, reset_peak_memory
+from ..memory import gib, measure_step
 from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..notices import notice
 from ..ops.chunking import set_num_chunks, validate_num_chunks
 from ..state import AUTO_CHUNKS, config_state, model_state, user_set
 from ..training import budget, oom
 from . import distributed, precision
-from .compat import ARGUMENT_ALIASES, adapt_config_kwargs, take_alias
+from .compat import ARGUMENT_ALIASES, adapt_config_kwargs, move_trainer_kwargs, take_alias
+from .config_ranges import check_ranges
+from .resume_checks import resume_check_patch
 from .seams import Patch
 
 logger = logging.getLogger("slimrl")
@@ -89,8 +94,7 @@ def config_init_maker(family: Family):
         @functools.wraps(original)
         def __init__(self, *args, slimrl_num_chunks=None, unsloth_num_chunks=None, **kwargs):
             adapt_config_kwargs(type(self), kwargs, family.renamed_fields, family.removed_fields)
-            fields = (*SHARED_CONFIG_FIELDS, *family.config_fields)
-            extras = {name: kwargs.pop(name, default) for name, default in fields}
+            extras = {name: kwargs.pop(name, default) for name, default in keyword_fields(family)}
             self.slimrl_num_chunks = num_chunks_from(slimrl_num_chunks, unsloth_num_chunks)
             for name, value in extras.items():
                 setattr(self, name, value)
@@ -102,16 +106,37 @@ def config_init_maker(family: Family):
     return make
 
 
+def keyword_fields(family: Family) -> tuple[tuple[str, Any], ...]:
+    """(name, default) of the slimrl fields a config of `family` takes as plain keywords (the knob has an alias)."""
+    return (*SHARED_CONFIG_FIELDS, *family.config_fields)
+
+
+def config_defaults(family: Family) -> tuple[tuple[str, Any], ...]:
+    """(name, default) of every slimrl field a patched config of `family` has: the one place its defaults live."""
+    return (("slimrl_num_chunks", AUTO_CHUNKS), *keyword_fields(family))
+
+
+def config_default_patches(family: Family, config_path: str) -> list[Patch]:
+    """Each slimrl field's default as a class attribute of the config: a config built before patching, through
+    `dataclasses.replace` or a parser reads the default wherever slimrl reads the field (an instance value wins)."""
+
+    def default_of(value):
+        return lambda _missing: value
+
+    return [
+        Patch(config_path, name, None, default_of(default), doc=f"default {name}={default!r}", creates=True)
+        for name, default in config_defaults(family)
+    ]
+
+
 def config_post_init_maker(family: Family):
     def make(original):
         @functools.wraps(original)
         def __post_init__(self):
-            for name, default in (("slimrl_num_chunks", AUTO_CHUNKS), *SHARED_CONFIG_FIELDS, *family.config_fields):
-                if not hasattr(self, name):  # built through dataclasses.replace or a parser
-                    setattr(self, name, default)
             setattr(self, budget.BUDGET_FIELD, budget.validate_memory_budget(getattr(self, budget.BUDGET_FIELD)))
             precision.resolve_config_precision(self)
             distributed.resolve_config_device(self)
+            check_ranges(self)  # every numeric field against its meaningful range (config_ranges.py)
             family.check_config(self)
             original(self)
 
@@ -233,6 +258,7 @@ def trainer_init_maker(family: Family):
             for old, new in ARGUMENT_ALIASES:
                 if old not in signature.parameters:
                     take_alias(kwargs, old, new, type(self).__name__)
+            move_trainer_kwargs(signature, args, kwargs, type(self).__name__, family)
             bound = _bind(signature, self, args, kwargs)
             with _prepared(_setup_call(bound), family):
                 if bound is None:
@@ -257,11 +283,10 @@ def record_metric(trainer, name: str, value: float) -> None:
 def make_training_step(original):
     @functools.wraps(original)
     def training_step(self, *args, **kwargs):
-        device = self.accelerator.device
-        reset_peak_memory(device)
-        output = oom.guarded_step(self, lambda: original(self, *args, **kwargs))
-        peak = peak_memory_bytes(device)
-        record_metric(self, "peak_memory_gb", round(gib(peak), 4))
+        output, peak = measure_step(
+            lambda: oom.guarded_step(self, lambda: original(self, *args, **kwargs)), self.accelerator.device
+        )
+        record_metric(self, "peak_memory_gb", round(gib(peak.after), 4))
         oom.check_budget(self, peak)
         return output
 
@@ -298,16 +323,12 @@ def setup_patches(
     trainer_params: tuple[str, ...],
     step_params: tuple[str, ...] = ("self",),
 ) -> list[Patch]:
-    """The four set-up patches of one trainer: config `__init__` and `__post_init__`, trainer `__init__`,
-    `training_step` (trainer_params / step_params: the leading parameters TRL's methods must have)."""
-    fields = ", ".join(
-        [
-            "slimrl_num_chunks",
-            "unsloth_num_chunks",
-            *(name for name, _ in (*SHARED_CONFIG_FIELDS, *family.config_fields)),
-        ]
-    )
+    """The set-up patches of one trainer: slimrl's config defaults, config `__init__` and `__post_init__`, trainer
+    `__init__`, `training_step` (trainer_params / step_params: the leading parameters TRL's methods must have), and
+    `train`'s check of a checkpoint to resume from (resume_checks.py)."""
+    fields = ", ".join(["unsloth_num_chunks", *(name for name, _ in config_defaults(family))])
     return [
+        *config_default_patches(family, config_path),
         Patch(config_path, "__init__", ("self", "output_dir"), config_init_maker(family), f"accept {fields}"),
         Patch(
             config_path,
@@ -324,4 +345,5 @@ def setup_patches(
             "model checks, chunking, checkpointing mode",
         ),
         Patch(trainer_path, "training_step", step_params, make_training_step, "peak memory metric, out-of-memory stop"),
+        resume_check_patch(trainer_path),
     ]

@@ -3,7 +3,7 @@
 Choices:
 1. LoRA policy (a PeftModel, or a model plus `peft_config`): the reference is the same model with its adapters
    disabled (`disable_adapter()`, no copy), and the critic is a second adapter "value" plus a scalar head on the
-   same base (value.py). One model body in memory, as the issue asks.
+   same base (value.py). One model body in memory.
 2. Full-model policy: the reference is a frozen copy of the policy at the start (as TRL's PPO made one), and the
    critic's value adapter sits on that frozen copy (disabled for reference forwards): two bodies, not TRL's four.
    A `ref_model` / `value_model` the user passes is used as given (a user `ref_model` under a full-model policy gets

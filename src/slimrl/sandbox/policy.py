@@ -1,0 +1,175 @@
+"""What model-written code may use inside the sandbox, checked on its source before anything runs.
+
+This is the interpreter layer: a filter that refuses the obvious (an import outside ALLOWED_MODULES, `open`, `eval`,
+a `_private` or frame attribute, a `__dunder__` name) and gives a reward function a clear verdict. It is not the
+boundary: the sandbox process and its kernel layers are (slimrl.sandbox.kernel). The lists here are the one copy;
+the sandbox process receives them and enforces the same rules at run time (guarded import, getattr, module views).
+"""
+
+from __future__ import annotations
+import __future__
+
+import ast
+import sys
+
+# pure computation; a module attribute that is itself a module is visible only when that module is listed too
+ALLOWED_MODULES = (
+    "__future__", "array", "bisect", "cmath", "collections", "collections.abc", "copy", "dataclasses", "datetime",
+    "decimal", "enum", "fractions", "functools", "heapq", "itertools", "json", "math", "numbers", "operator", "random",
+    "re", "statistics", "string", "textwrap", "time", "typing", "unicodedata",
+)  # fmt: skip
+# module attributes that evaluate strings as code or reach any attribute by name: hidden from the sandbox
+REFUSED_MODULE_ATTRIBUTES = {
+    "typing": ("get_type_hints", "ForwardRef", "evaluate_forward_ref"),
+    "operator": ("attrgetter", "methodcaller"),
+    "string": ("Formatter",),  # Formatter().get_field("0.__class__", ...) is getattr by another name
+}
+REFUSED_BUILTINS = (
+    "open", "exec", "eval", "compile", "globals", "locals", "vars", "input", "breakpoint", "help", "exit", "quit",
+)  # fmt: skip
+# attributes that lead from a value to frames, code or globals (besides every name starting with "_")
+REFUSED_ATTRIBUTES = (
+    "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame", "ag_code", "ag_await",
+    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next", "func_globals", "func_code",
+)  # fmt: skip
+ANNOTATIONS_FLAG = __future__.annotations.compiler_flag  # annotations stay strings: never evaluated
+
+
+def _stdlib_names() -> set[str]:
+    return {name.lower() for name in (*getattr(sys, "stdlib_module_names", ()), *sys.builtin_module_names)} | {
+        "__future__"
+    }
+
+
+class _Scanner(ast.NodeVisitor):
+    """Imports, names and attributes of a piece of code, and what of it the sandbox refuses."""
+
+    def __init__(self):
+        self.imports: set[str] = set()
+        self.relative_imports = 0
+        self.refused: list[str] = []
+        self.bound: set[str] = set()
+        self.loaded: list[tuple[str, int]] = []
+
+    def _refuse(self, node, what: str) -> None:
+        self.refused.append(f"line {getattr(node, 'lineno', '?')}: {what}")
+
+    def _import(self, node, module: str) -> None:
+        self.imports.add(module.split(".")[0])
+        if module not in ALLOWED_MODULES:
+            self._refuse(node, f"import {module} (not among the sandbox's allowed modules)")
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._import(node, alias.name)
+            self.bound.add(alias.asname or alias.name.split(".")[0])
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            self.relative_imports += 1
+            self._refuse(node, "a relative import")
+            return
+        self._import(node, node.module or "")
+        for alias in node.names:
+            if alias.name == "*" or alias.name.startswith("_"):
+                self._refuse(node, f"from {node.module} import {alias.name}")
+            self.bound.add(alias.asname or alias.name)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr.startswith("_") or node.attr in REFUSED_ATTRIBUTES:
+            self._refuse(node, f"the attribute .{node.attr}")
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id.startswith("__"):
+            self._refuse(node, f"the name {node.id}")
+        elif isinstance(node.ctx, ast.Load):
+            self.loaded.append((node.id, node.lineno))
+        else:
+            self.bound.add(node.id)
+
+    def visit_arg(self, node: ast.arg) -> None:
+        self.bound.add(node.arg)
+
+    def visit_FunctionDef(self, node) -> None:
+        self.bound.add(node.name)
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        if node.name:
+            self.bound.add(node.name)
+        self.generic_visit(node)
+
+    def finish(self) -> None:
+        for name, line in self.loaded:
+            if name in REFUSED_BUILTINS and name not in self.bound:
+                self.refused.append(f"line {line}: {name}() (not available in the sandbox)")
+
+
+def _scan(tree: ast.AST) -> _Scanner:
+    scanner = _Scanner()
+    scanner.visit(tree)
+    scanner.finish()
+    return scanner
+
+
+def check_python_modules(code: str) -> tuple[bool, dict]:
+    """Unsloth's check, kept to what the sandbox runs: `(ok, info)`.
+
+    info: "stdlib" / "non_stdlib" (the modules imported, split like Unsloth's), "relative_imports" (a count),
+    "refused" (each thing the sandbox would refuse, with its line: imports outside ALLOWED_MODULES, `open`, `eval`,
+    private or frame attributes, dunder names) and, when the code does not parse, "error". ok: nothing refused.
+    """
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        return False, {"error": f"SyntaxError: {exc}", "stdlib": [], "non_stdlib": [], "relative_imports": 0,
+                       "refused": []}  # fmt: skip
+    scanner = _scan(tree)
+    stdlib = _stdlib_names()
+    info = {
+        "stdlib": sorted(m for m in scanner.imports if m.lower() in stdlib),
+        "non_stdlib": sorted(m for m in scanner.imports if m.lower() not in stdlib),
+        "relative_imports": scanner.relative_imports,
+        "refused": scanner.refused,
+    }
+    return not scanner.refused, info
+
+
+def _is_literal(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    if isinstance(node, ast.Tuple):
+        return all(_is_literal(element) for element in node.elts)
+    return isinstance(node, ast.Constant)
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def function_name(source: str, enforce_policy: bool = True) -> str:
+    """The name of the one function `source` defines; RuntimeError (Unsloth's type) saying what is wrong otherwise
+    (with enforce_policy, also what of it the sandbox refuses)."""
+    if not isinstance(source, str):
+        raise TypeError(f"the function's source must be a string, got {type(source).__name__}")
+    try:
+        tree = ast.parse(source)
+        compile(tree, "<model code>", "exec", flags=ANNOTATIONS_FLAG, dont_inherit=True)  # compiles, runs nothing
+    except SyntaxError as exc:
+        raise RuntimeError(f"SyntaxError: {exc}") from None
+    body = tree.body[1:] if tree.body and _is_docstring(tree.body[0]) else tree.body
+    if len(body) != 1 or not isinstance(body[0], ast.FunctionDef):
+        raise RuntimeError("The code must define exactly one top-level (non-async) function and nothing else.")
+    function = body[0]
+    if function.decorator_list:
+        raise RuntimeError("Decorators are not allowed (they run code when the function is defined).")
+    defaults = [*function.args.defaults, *(d for d in function.args.kw_defaults if d is not None)]
+    if not all(_is_literal(default) for default in defaults):
+        raise RuntimeError("Only literal default argument values are allowed.")
+    refused = _scan(tree).refused if enforce_policy else []
+    if refused:
+        raise RuntimeError("The sandbox refuses: " + "; ".join(refused))
+    return function.name
