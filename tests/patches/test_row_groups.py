@@ -7,7 +7,8 @@ sequence importance sampling, beta 0 and > 0 (adapter-disabled, "ref" adapter an
 2 (old-policy forward), steps_per_generation > accumulation, gradient accumulation, an entropy bonus with TRL's
 adaptive controller, gradient checkpointing True / "offload", shared-prefix forwards, and RLOO. Negative controls:
 groups that forget the rows already scored, an earlier group's backward scaled by 1.01, and a padding-free forward
-whose outputs land one column off each fail the comparison.
+whose outputs land one column off each fail the comparison. The default tier runs every loss type, the controls and
+one targeted GRPO and RLOO case each; the other combinations are `slow`.
 """
 
 import logging
@@ -155,7 +156,14 @@ TARGETED = {
 }
 
 
-@pytest.mark.parametrize("case", list(TARGETED))
+DEFAULT_TIER = {"peftmodel-checkpointing-tiled-shared-rows2", "lora-ga2-iter2-rows2-shared"}  # the rest: -m slow
+
+
+def _cases(table):
+    return [pytest.param(case, marks=() if case in DEFAULT_TIER else pytest.mark.slow) for case in table]
+
+
+@pytest.mark.parametrize("case", _cases(TARGETED))
 def test_grpo_targeted(tmp_path, unpatched, saved_model, case):
     kind, lora, checkpointing, config, patched = TARGETED[case]
     trainers, _ = _run("grpo", tmp_path, kind, saved_model, config, lora, patched, checkpointing)
@@ -183,7 +191,7 @@ RLOO_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(RLOO_CASES))
+@pytest.mark.parametrize("case", _cases(RLOO_CASES))
 def test_rloo(tmp_path, unpatched, saved_model, case):
     lora, config, extra = RLOO_CASES[case]
     patched = {rules.ROWS_FIELD: 1 if "rows1" in case else 2, **extra}
