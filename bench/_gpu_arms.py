@@ -12,6 +12,8 @@ gradient checkpointing on; `rows` completions of one prompt per optimizer step; 
   slimrl's defaults (its default targets are these seven projections; its default checkpointing mode), the same
   config; every slimrl config field left at its default.
 * "slimrl-offload": the same with `use_gradient_checkpointing="unsloth"` (offload), as Unsloth-style scripts write.
+* "slimrl-no-long-context" (not in the presets; name it in --arms): "slimrl" with row groups, padding-free scoring
+  and the tiled MLP switched off (`slimrl_rows_per_group=False`, ...): beside "slimrl", what those levers save.
 Models are random weights of Qwen2.5 shapes built in place (no download), seeded, bf16 on CUDA (fp32 on CPU):
 every arm trains the same model. Tokenizer: `slimrl.testing.tiny_tokenizer(V)` (a word-level tokenizer with V ids).
 """
@@ -33,7 +35,8 @@ from _gpu_measure import (
     synthetic_rollouts,
 )
 
-ARMS = ("stock", "stock-offload", "stock-ga8", "slimrl", "slimrl-offload")
+ARMS = ("stock", "stock-offload", "stock-ga8", "slimrl", "slimrl-offload", "slimrl-no-long-context")
+LONG_CONTEXT_OFF = {"slimrl_rows_per_group": False, "slimrl_padding_free": False, "slimrl_tiled_mlp": False}
 STOCK_OFFLOAD = {"gradient_checkpointing_kwargs": {"use_reentrant": False, "offload": True}}
 ACCUMULATION = {"stock-ga8": 8}
 
@@ -66,7 +69,7 @@ def prepare_arm(arm: str, algorithm: str, model) -> tuple[object, dict]:
         peft_model = FastLanguageModel.get_peft_model(
             model, r=LORA["r"], lora_alpha=LORA["lora_alpha"], lora_dropout=LORA["lora_dropout"], **options
         )
-        return peft_model, {}
+        return peft_model, {"config": dict(LONG_CONTEXT_OFF)} if arm == "slimrl-no-long-context" else {}
     lora = LoraConfig(**LORA, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
     return model, {"config": STOCK_OFFLOAD if arm == "stock-offload" else {}, "trainer": {"peft_config": lora}}
 

@@ -36,6 +36,12 @@ ALLOWED = {
     ("models/embedded.py", "delattr(model.config, attr)"): "the model slimrl loads to convert the embedded GGUF",
     ("patches/shared_prefix.py", "setattr(forward, WRAPPED_MARK, True)"): "marks slimrl's own wrapper function",
     ("patches/shared_images.py", "setattr(get_image_features, WRAPPED_MARK, True)"): "the same, for the encoder",
+    ("patches/padding_free.py", "setattr(forward, WRAPPED_MARK, True)"): "the same, for the padding-free forward",
+    ("models/tiled_mlp.py", "setattr(forward, MARK, True)"): "the same, for the tiled MLP forward",
+    ("patches/padding_free.py", "setattr(out, name, _grid(value, first, width - 1))"): "the output of slimrl's own "
+    "trimmed forward call, put back on the full column grid",
+    ("patches/row_groups.py", "setattr(trainer, name, value)"): "a row group's scoring puts back the trainer's "
+    "adaptive-entropy state as it found it, inside the registry's compute_loss patch",
 }
 
 

@@ -4,8 +4,9 @@ Every piece of private state lives in one of the three dataclasses below, stored
   ModelState    on the transformers model (a PeftModel reaches it through `get_base_model()`), written by
                 FastLanguageModel (loading, LoRA, checkpointing) and the patched trainers (the chunk knob);
   ConfigState   on a TRL config, written by the patched config `__init__` / `__post_init__` and the trainer set-up;
-  TrainerState  on a TRL trainer, written by the patched trainer methods (the shared-prefix counters, the record of
-                the current optimizer step's start that an out-of-memory stop rolls back to).
+  TrainerState  on a TRL trainer, written by the patched trainer methods (the shared-prefix, row-group and
+                padding-free counters, the rows being scored, the record of the current optimizer step's start that an
+                out-of-memory stop rolls back to).
 The public attributes Unsloth's API defines stay where its users look for them: `model.max_seq_length`,
 `model.vllm_engine`, `model.fast_generate`, and the config fields `slimrl_num_chunks` / `vllm_sampling_params`.
 
@@ -37,6 +38,7 @@ class ModelState:
     checkpoint_args: tuple = (None, 1)  # (checkpoint kwargs, every_n_layers) reused when training mode resumes
     offloader: Any = None  # slimrl.models.offload.ActivationOffloader of the "offload" mode (pool, streams, stats)
     num_chunks: int = AUTO_CHUNKS  # slimrl_num_chunks, read by the log-prob heads at call time
+    tiled_mlp: Any = None  # slimrl.models.tiled_mlp.TiledMLPState while the model's MLPs are swapped
     peft_owner: Any = None  # weakref to the PeftModel FastLanguageModel.get_peft_model made around this model
     warned: set = field(default_factory=set)  # one-time warnings already given for this model
 
@@ -64,6 +66,9 @@ class TrainerState:
     """slimrl's facts about one TRL trainer."""
 
     shared_prefix_stats: Any = None  # slimrl.patches.shared_prefix.SharedPrefixStats, once a sharing seam ran
+    row_group_stats: Any = None  # slimrl.patches.row_groups.RowGroupStats, once a row-group seam ran
+    row_selection: Any = None  # slimrl.patches.row_groups.RowSelection while a step's rows are scored in groups
+    padding_free_stats: Any = None  # slimrl.patches.padding_free.PaddingFreeStats, once a padding-free forward ran
     step_start: Any = None  # slimrl.training.oom.StepStart of the optimizer step in progress
     max_prompt_length: int | None = None  # the config's, for ORPO/CPO's tokenize_row (run before TRL sets self.args)
     # a patched subclass (GKD, GOLD on SFTTrainer) is inside its set-up / training step: the patched parent's wrapper

@@ -9,8 +9,9 @@ non-numbers (TRL's type checks) are left alone.
 The table: one `Rule` per field; `configs` limits a rule to the config classes where the field means that (the same
 name means different things in different trainers: GRPO's `beta` weighs a KL penalty, DPO's is an inverse
 temperature). The first rule that applies to a config's field decides. Fields a validator elsewhere owns are not
-repeated here: `slimrl_num_chunks` (ops/chunking.py), `slimrl_max_memory_gb` (training/budget.py), and the batch
-geometry (validation.py), which needs several fields at once.
+repeated here: `slimrl_num_chunks` (ops/chunking.py), `slimrl_max_memory_gb` (training/budget.py), the long-context
+fields `slimrl_rows_per_group` / `slimrl_tiled_mlp` (patches/row_groups_rules.py), and the batch geometry
+(validation.py), which needs several fields at once.
 """
 
 from __future__ import annotations

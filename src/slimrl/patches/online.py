@@ -4,7 +4,8 @@ Patched (beyond the shared set-up of trainer_setup.py):
 1. `add_fused_lm_head`, the module-level name the trainer module calls in `__init__`: slimrl's head
    (slimrl.ops.logprob: completion-only scoring, bounded row chunks). TRL's private helpers it reads are checked seams.
 2. Config: the fields `vllm_sampling_params` (rollouts on the model's vLLM engine), `slimrl_reward_errors`
-   ("raise" | "skip", see rewards.py) and `slimrl_shared_prefix` ("auto" | True | False, shared_prefix_rules.py);
+   ("raise" | "skip", see rewards.py), `slimrl_shared_prefix` ("auto" | True | False, shared_prefix_rules.py) and
+   the long-context fields `slimrl_rows_per_group`, `slimrl_padding_free`, `slimrl_tiled_mlp` (row_groups_rules.py);
    `max_new_tokens` as the older name of `max_completion_length` (compat.py), `max_prompt_length` with its TRL 0.2x
    meaning (prompt_limit.py: `_tokenize_prompts` keeps a long prompt's last tokens); config checks: every numeric
    field's range (config_ranges.py), the learning-rate warning, batch geometry fitted or refused (validation.py).
@@ -22,11 +23,15 @@ Patched (beyond the shared set-up of trainer_setup.py):
    (fast_inference=True) attached one; in server mode with `vllm_server_sync` "lora" (or "auto" off CUDA), TRL's
    server client with the LoRA adapter handed over through the server's LoRA endpoints (vllm_server.py); TRL's class
    otherwise (vllm_rollouts.py).
-6. `_get_per_token_logps_and_entropies` (policy, old-policy and reference forwards): run inside the shared-prefix
-   context, each distinct prompt of a forward's rows computed once (shared_prefix.py).
+6. `_get_per_token_logps_and_entropies` (policy, old-policy and reference forwards): rows scored in groups, the
+   forwards padding-free and the model's MLPs tiled (row_groups.py, padding_free.py), inside the shared-prefix
+   context, each distinct prompt of a forward's rows computed once (shared_prefix.py). `compute_loss`: the
+   micro-batch scored a row group at a time, each group its own backward, TRL's `_compute_loss` unchanged
+   (row_groups.py).
 7. `_save_checkpoint` / `_load_optimizer_and_scheduler`: the rollout buffer travels with each checkpoint, so a
    resume in the middle of a buffer repeats the uninterrupted run (rollout_buffer.py).
-TRL's own: the whole GRPO/RLOO step (generation, rewards, advantages, every loss type, buffering, metrics).
+TRL's own: the whole GRPO/RLOO step (generation, rewards, advantages, every loss type and its normalisers, buffering,
+metrics).
 """
 
 from __future__ import annotations
@@ -34,15 +39,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from . import prompt_limit, shared_prefix_rules, validation
+from . import prompt_limit, row_groups_rules, shared_prefix_rules, validation
 from .compat import ONLINE_REMOVED, ONLINE_RENAMED
 from .data_checks import dataset_check
 from .multiturn import in_tool_turns
 from .rewards import check_policy, checked_rewards
 from .rollout_buffer import rollout_buffer_patches
 from .row_checks import rows_check
+from .row_groups import row_group_patches
 from .seams import Patch
-from .shared_prefix import image_sharing, logprob_seam_patches
+from .shared_prefix import image_sharing
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
 from .vllm_rollouts import VLLM_GENERATION_USES, engine_rollouts, make_vllm_generation
 
@@ -57,6 +63,7 @@ def check_config(args) -> None:
     check_policy(args.slimrl_reward_errors)
     prompt_limit.check_config(args)
     shared_prefix_rules.check_config(args)
+    row_groups_rules.check_config(args)
     validation.check_config(args)
 
 
@@ -78,6 +85,7 @@ ONLINE = Family(
         ("slimrl_reward_errors", "raise"),
         shared_prefix_rules.FIELD,
         prompt_limit.FIELD,
+        *row_groups_rules.FIELDS,
     ),
     renamed_fields=ONLINE_RENAMED,
     removed_fields=ONLINE_REMOVED,
@@ -147,6 +155,6 @@ def online_patches(algorithm: str, module: str, trainer: str, config_module: str
             "rollouts on the model's attached vLLM engine",
             uses=VLLM_GENERATION_USES,
         ),
-        *logprob_seam_patches(trainer_path),
+        *row_group_patches(trainer_path),
         *rollout_buffer_patches(trainer_path),
     ]

@@ -264,15 +264,21 @@ LOGPROB_PARAMS = (
 )
 
 
-def logprob_seam_patches(trainer_path: str) -> list[Patch]:
-    """GRPOTrainer / RLOOTrainer: the log-prob method the policy, old-policy and reference forwards share."""
+def logprob_seam_patches(trainer_path: str, outer=None, outer_doc: str = "") -> list[Patch]:
+    """GRPOTrainer / RLOOTrainer: the log-prob method the policy, old-policy and reference forwards share; `outer`
+    (optional) wraps the sharing seam (row_groups.py: row groups around it)."""
+
+    def make(original):
+        seam = make_sharing_seam(original)
+        return seam if outer is None else outer(seam)
+
     return [
         Patch(
             trainer_path,
             "_get_per_token_logps_and_entropies",
             LOGPROB_PARAMS,
-            make_sharing_seam,
-            "each distinct prompt forwarded once (shared-prefix packing)",
+            make,
+            f"{outer_doc}each distinct prompt forwarded once (shared-prefix packing)",
             requires=HEAD_OUTPUT_TYPE,
         )
     ]
