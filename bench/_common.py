@@ -87,8 +87,8 @@ class PhasePeak:
 
 
 class OverallPeak:
-    """Peak RSS of the whole run, robust to VmHWM resets (ours per phase, or slimrl's own per-step metric, which
-    also reset `ru_maxrss`): a thread polls VmHWM every 5 ms, which is monotonic between resets."""
+    """Peak RSS of the whole run, robust to the per-phase VmHWM resets of PhasePeak: a thread polls VmHWM every 5 ms,
+    which is monotonic between resets."""
 
     def __init__(self):
         self.peak, self._running = PhasePeak.rss(), True
@@ -116,8 +116,17 @@ class OverallPeak:
         return max(self.peak, self._read())
 
 
-def run_self(args: list[str], threads: int, timeout: float | None = None) -> dict:
-    """Run `python <this script> *args` in a fresh process pinned to `threads`; parse its last JSON line."""
+def run_self(
+    args: list[str],
+    threads: int,
+    timeout: float | None = None,
+    pythonpath: list[str] | None = None,
+    log: str | None = None,
+) -> dict:
+    """Run `python <this script> *args` in a fresh process pinned to `threads`; parse its last JSON line.
+
+    pythonpath: the child's PYTHONPATH entries (default: this repository's src/ ahead of the current PYTHONPATH).
+    log: a file that gets the child's stdout and stderr."""
     env = dict(
         os.environ,
         OMP_NUM_THREADS=str(threads),
@@ -126,11 +135,17 @@ def run_self(args: list[str], threads: int, timeout: float | None = None) -> dic
         HF_HUB_DISABLE_TELEMETRY="1",
         TOKENIZERS_PARALLELISM="false",
     )
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    if pythonpath is None:
+        src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+        pythonpath = [src, env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in pythonpath if p)
     proc = subprocess.run(
         [sys.executable, os.path.abspath(sys.argv[0]), *args], env=env, capture_output=True, text=True, timeout=timeout
     )
+    if log:
+        os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+        with open(log, "w") as f:
+            f.write(f"$ {' '.join(args)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{"):
             return json.loads(line)

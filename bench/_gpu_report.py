@@ -1,14 +1,16 @@
-"""Markdown tables of bench/gpu_memory.py's rows: GRPO, the longest completion that fits, DPO/ORPO, and the
-targets with the measured ratios. Pure functions of the rows (the JSON files), so runs from several commands join
-into one report."""
+"""Markdown tables of bench/gpu_memory.py's rows: GRPO arms with the plan beside each, what Unsloth chose, the longest
+completion that fits, DPO/ORPO, and the targets with their measured ratios. Pure functions of the rows (the JSON
+files), so runs from several commands join into one report."""
 
 from __future__ import annotations
 
 from _common import GiB
 
-ARM_ORDER = ("stock", "stock-offload", "slimrl", "slimrl-offload")
-TARGETS = {"peak": 0.5, "time": 1.05, "longest": 3.0}
-TARGET_MODEL, TARGET_LENGTH, TARGET_ARM = "8b", 8192, "slimrl-offload"
+ARM_ORDER = ("stock", "stock-offload", "stock-ga8", "slimrl", "slimrl-offload", "unsloth")
+STOCK_ARMS = ("stock", "stock-offload", "stock-ga8")
+TARGET_MODEL, TARGET_LENGTH, TARGET_ARM = "8b", 8192, "slimrl"
+PLAN_TOLERANCE = 0.15
+LONGEST_TOKENS = 200_000
 
 
 def _table(head: list[str], lines: list[list[str]]) -> str:
@@ -20,7 +22,9 @@ def _gib(value) -> str:
     return "n/a" if value is None else f"{value / GiB:.2f}"
 
 
-def _status(row: dict) -> str | None:
+def _status(row: dict | None) -> str | None:
+    if row is None:
+        return "missing"
     if row.get("oom"):
         return "OOM"
     if "error" in row:
@@ -28,69 +32,67 @@ def _status(row: dict) -> str | None:
     return None
 
 
-def _ratio(row: dict, stock: dict | None, key: str) -> str:
-    if stock is None or _status(row) or _status(stock) or not stock.get(key):
-        return "n/a"
-    return f"{row[key] / stock[key]:.2f}"
+def _ratio(row: dict | None, other: dict | None, key: str) -> float | None:
+    if _status(row) or _status(other) or not other.get(key) or row.get(key) is None:
+        return None
+    return row[key] / other[key]
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 def _group_key(row: dict) -> tuple:
-    return tuple(row.get(k) for k in ("kind", "model", "trainer", "length", "rows", "rollouts"))
+    return tuple(row.get(k) for k in ("kind", "model", "trainer", "length", "rows"))
 
 
-def _stock_of(rows: list[dict], row: dict) -> dict | None:
-    return next((r for r in rows if r["arm"] == "stock" and _group_key(r) == _group_key(row)), None)
+def _arm(rows: list[dict], row: dict, arm: str) -> dict | None:
+    return next((r for r in rows if r["arm"] == arm and _group_key(r) == _group_key(row)), None)
+
+
+def _best_stock(rows: list[dict], row: dict, key: str, largest: bool = False) -> dict | None:
+    candidates = [r for arm in STOCK_ARMS if (r := _arm(rows, row, arm)) and not _status(r) and r.get(key)]
+    if not candidates:
+        return None
+    return (max if largest else min)(candidates, key=lambda r: r[key])
 
 
 def _sorted(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (str(_group_key(r)), ARM_ORDER.index(r["arm"]) if r["arm"] in ARM_ORDER else 9))
 
 
-def _run_lines(rows: list[dict], label) -> list[list[str]]:
-    lines = []
-    for row in _sorted(rows):
-        stock, status = _stock_of(rows, row), _status(row)
-        loss = f"{row['losses'][-1]:.4g}" if row.get("losses") else "n/a"
-        cells = [_gib(row.get("peak")), _gib(row.get("reserved"))]
-        cells += (
-            [status] * 3
-            if status
-            else [f"{row['s_per_step']:.2f}", _ratio(row, stock, "peak"), _ratio(row, stock, "s_per_step")]
-        )
-        lines.append([*label(row), row["arm"], *cells, loss])
-    return lines
+def plan_ratio(row: dict) -> float | None:
+    return row["planned"] / row["peak"] if row.get("planned") and row.get("peak") and not _status(row) else None
 
 
 def grpo_table(rows: list[dict]) -> str:
-    head = [
-        "model",
-        "completion",
-        "rollouts",
-        "arm",
-        "peak GiB",
-        "reserved GiB",
-        "s/step",
-        "peak ratio",
-        "time ratio",
-        "last loss",
-    ]
-    return _table(head, _run_lines(rows, lambda r: [r["model"], f"{r['rows']} x {r['length']}", r["rollouts"]]))
+    head = ["model", "completion", "arm", "peak GiB", "reserved GiB", "device used GiB", "planned GiB"]
+    head += ["planned / peak", "s/step", "peak vs stock", "peak vs best stock", "time vs stock", "last loss"]
+    lines = []
+    for row in _sorted(rows):
+        stock, best, status = _arm(rows, row, "stock"), _best_stock(rows, row, "peak"), _status(row)
+        cells = [_gib(row.get("peak")), _gib(row.get("reserved")), _gib(row.get("device_used"))]
+        cells += [_gib(row.get("planned")), _fmt(plan_ratio(row))]
+        if status:
+            cells += [status] * 4
+        else:
+            cells += [f"{row['s_per_step']:.2f}", _fmt(_ratio(row, stock, "peak")), _fmt(_ratio(row, best, "peak"))]
+            cells.append(_fmt(_ratio(row, stock, "s_per_step")))
+        loss = f"{row['losses'][-1]:.4g}" if row.get("losses") else "n/a"
+        lines.append([row["model"], f"{row['rows']} x {row['length']}", row["arm"], *cells, loss])
+    return _table(head, lines)
 
 
-def pref_table(rows: list[dict]) -> str:
-    head = [
-        "model",
-        "trainer",
-        "tokens",
-        "arm",
-        "peak GiB",
-        "reserved GiB",
-        "s/step",
-        "peak ratio",
-        "time ratio",
-        "last loss",
-    ]
-    return _table(head, _run_lines(rows, lambda r: [r["model"], r["trainer"], f"{r['rows']} x {r['length']}"]))
+def unsloth_lines(rows: list[dict]) -> list[str]:
+    out = []
+    for row in [r for r in rows if r["arm"] == "unsloth" and r.get("kind") == "grpo" and not _status(r)]:
+        out.append(
+            f"- {row['model']}, {row['rows']} x {row['length']}: Unsloth {row.get('unsloth')} "
+            f"(trainer {row.get('trainer_class')}, trl {row.get('trl')}); pinned fields it changed: "
+            f"{row.get('unsloth_changed') or 'none'}; its own fields: {row.get('unsloth_fields') or 'none'}; "
+            f"fields its TRL lacks: {row.get('dropped_fields') or 'none'}"
+        )
+    return out
 
 
 def _longest(row: dict) -> str:
@@ -103,75 +105,105 @@ def _longest(row: dict) -> str:
 
 
 def bisect_table(rows: list[dict]) -> str:
-    head = ["model", "arm", "longest completion that fits", "first failure", "ratio vs stock", "probes"]
+    head = ["model", "arm", "longest completion that fits", "first failure", "vs best stock", "probes"]
     lines = []
     for row in _sorted(rows):
-        stock = _stock_of(rows, row)
-        ratio = "n/a"
-        if stock and stock["longest"] and row["longest"] is not None:
-            ratio = f"{row['longest'] / stock['longest']:.2f}" + (" (lower bound)" if not row["first_failure"] else "")
+        best = _best_stock(rows, row, "longest", largest=True)
+        ratio = _ratio(row, best, "longest") if row.get("longest") else None
         failure = "none" if row["first_failure"] is None else f"{row['first_failure']} ({row['failure_reason']})"
         probes = ", ".join(f"{n}{'' if ok else 'x'}" for n, ok in row["probes"])
-        lines.append([row["model"], row["arm"], _longest(row), failure, ratio, probes])
+        lines.append([row["model"], row["arm"], _longest(row), failure, _fmt(ratio), probes])
     return _table(head, lines)
 
 
-def targets_table(rows: list[dict]) -> str:
-    def find(kind, arm, **kw):
-        return next(
-            (
-                r
-                for r in rows
-                if r["kind"] == kind
-                and r["arm"] == arm
-                and r["model"] == TARGET_MODEL
-                and all(r.get(k) == v for k, v in kw.items())
-            ),
-            None,
-        )
-
-    run, stock = find("grpo", TARGET_ARM, length=TARGET_LENGTH), find("grpo", "stock", length=TARGET_LENGTH)
-    fit, stock_fit = find("bisect", TARGET_ARM), find("bisect", "stock")
-    measured = {
-        "peak": _ratio(run, stock, "peak") if run else "n/a",
-        "time": _ratio(run, stock, "s_per_step") if run else "n/a",
-        "longest": "n/a",
-    }
-    if fit and stock_fit and fit["longest"] and stock_fit["longest"]:
-        measured["longest"] = f"{fit['longest'] / stock_fit['longest']:.2f}"
-    names = {
-        "peak": "GRPO peak <= 0.5x stock (8B-class, 8 x 8K, offload on)",
-        "time": "GRPO s/step <= 1.05x stock (same run)",
-        "longest": "longest completion that fits >= 3x stock's (8B-class, offload on)",
-    }
+def pref_table(rows: list[dict]) -> str:
+    head = ["model", "trainer", "tokens", "arm", "peak GiB", "reserved GiB", "s/step", "peak vs stock", "time vs stock"]
     lines = []
-    for key, bound in TARGETS.items():
-        value = measured[key]
-        met = (
-            "not measured"
-            if value == "n/a"
-            else ("met" if (float(value) >= bound if key == "longest" else float(value) <= bound) else "NOT met")
-        )
-        lines.append([names[key], value, met])
-    return _table(["target", "measured ratio", "verdict"], lines)
+    for row in _sorted(rows):
+        stock, status = _arm(rows, row, "stock"), _status(row)
+        timing = [status] * 3 if status else [f"{row['s_per_step']:.2f}"]
+        if not status:
+            timing += [_fmt(_ratio(row, stock, "peak")), _fmt(_ratio(row, stock, "s_per_step"))]
+        label = [row["model"], row["trainer"], f"{row['rows']} x {row['length']}", row["arm"]]
+        lines.append([*label, _gib(row.get("peak")), _gib(row.get("reserved")), *timing])
+    return _table(head, lines)
 
 
-def render(rows: list[dict]) -> str:
-    envs = sorted(
-        {(r.get("device"), r.get("torch"), r.get("transformers"), r.get("trl")) for r in rows if r.get("device")},
-        key=str,
+def _find(rows: list[dict], kind: str, arm: str, **fields) -> dict | None:
+    def match(r):
+        return r.get("kind") == kind and r["arm"] == arm and r.get("model") == TARGET_MODEL
+
+    return next((r for r in rows if match(r) and all(r.get(k) == v for k, v in fields.items())), None)
+
+
+def _measured_targets(rows: list[dict]) -> list[tuple[str, float | None, float, bool]]:
+    """(target, measured value, bound, whether a lower value is better)."""
+    run = _find(rows, "grpo", TARGET_ARM, length=TARGET_LENGTH)
+    arm = {name: _find(rows, "grpo", name, length=TARGET_LENGTH) for name in ("stock", "stock-offload", "unsloth")}
+    fit = _find(rows, "bisect", TARGET_ARM)
+    best_fit = max(
+        (r["longest"] for r in (_find(rows, "bisect", a) for a in STOCK_ARMS) if r and r.get("longest")), default=None
     )
-    header = [
-        "# slimrl vs stock TRL on "
-        + ("; ".join(f"{d} (torch {t}, transformers {tf}, trl {trl})" for d, t, tf, trl in envs) or "an unknown device")
+    planned = [plan_ratio(r) for r in rows if r.get("kind") == "grpo" and plan_ratio(r)]
+    worst = max((abs(v - 1) for v in planned), default=None)
+    longest = fit["longest"] if fit and fit.get("longest") else None
+    return [
+        ("peak <= 0.40x stock (8B-class, 8 x 8K)", _ratio(run, arm["stock"], "peak") if run else None, 0.40, True),
+        ("peak <= 0.50x stock-offload", _ratio(run, arm["stock-offload"], "peak") if run else None, 0.50, True),
+        ("s/step <= 1.05x stock", _ratio(run, arm["stock"], "s_per_step") if run else None, 1.05, True),
+        ("peak <= Unsloth's", _ratio(run, arm["unsloth"], "peak") if run else None, 1.0, True),
+        ("s/step <= Unsloth's", _ratio(run, arm["unsloth"], "s_per_step") if run else None, 1.0, True),
+        (
+            "longest completion >= 2x the best stock arm's",
+            longest / best_fit if longest and best_fit else None,
+            2,
+            False,
+        ),
+        (
+            "longest completion >= 200K tokens (ratio to 200,000)",
+            longest / LONGEST_TOKENS if longest else None,
+            1,
+            False,
+        ),
+        (
+            "planner within 15% of every planned arm (the largest deviation of planned / peak from 1)",
+            worst,
+            PLAN_TOLERANCE,
+            True,
+        ),
     ]
+
+
+def targets_table(rows: list[dict]) -> str:
+    lines = []
+    for name, value, bound, lower in _measured_targets(rows):
+        verdict = (
+            "not measured" if value is None else ("met" if (value <= bound if lower else value >= bound) else "NOT met")
+        )
+        lines.append([name, _fmt(value), verdict])
+    return _table([f"target ({TARGET_ARM} arm)", "measured", "verdict"], lines)
+
+
+def _environments(rows: list[dict], metas: list[dict]) -> list[str]:
+    keys = ("device", "torch", "transformers", "trl", "peft", "unsloth")
+    envs = sorted({tuple(r.get(k) for k in keys) for r in rows if r.get("python")}, key=str)
+    lines = [", ".join(f"{k} {v}" for k, v in zip(keys, env) if v) for env in envs]
+    commits = sorted({m.get("commit", "unknown") for m in metas}) or ["unknown"]
+    return [f"- {line}" for line in lines] + [f"- slimrl commit {', '.join(commits)}"]
+
+
+def render(rows: list[dict], metas: list[dict] = ()) -> str:
+    out = ["# GRPO on one GPU: stock TRL, slimrl and Unsloth", "", *_environments(rows, list(metas))]
     parts = [
-        ("GRPO, LoRA r=16, bf16 (fp32 on CPU), gradient checkpointing", "grpo", grpo_table),
+        ("GRPO, LoRA r=16, bf16 (fp32 on CPU), whole-run peaks, slimrl's plan beside each", "grpo", grpo_table),
         ("Longest GRPO completion that fits (8 rows, one step, synthetic rollouts)", "bisect", bisect_table),
-        ("DPO / ORPO, LoRA r=16, bf16 (fp32 on CPU), gradient checkpointing", "pref", pref_table),
+        ("DPO / ORPO, LoRA r=16, bf16 (fp32 on CPU)", "pref", pref_table),
     ]
     for title, kind, table in parts:
         selected = [r for r in rows if r.get("kind") == kind]
         if selected:
-            header += ["", f"## {title}", "", table(selected)]
-    return "\n".join(header + ["", "## Targets", "", targets_table(rows)])
+            out += ["", f"## {title}", "", table(selected)]
+    chosen = unsloth_lines(rows)
+    if chosen:
+        out += ["", "## What Unsloth chose", "", *chosen]
+    return "\n".join(out + ["", "## Targets", "", targets_table(rows)])

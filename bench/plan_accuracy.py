@@ -6,8 +6,8 @@
 
 Choices:
 * The runs are tests/planning/test_plan_accuracy.py's CONFIGS (one owner: the test), each measured in its own process
-  by tests/planning/_measure_step.py (one torch thread, CPU, peak RSS of the steps after the first through
-  slimrl.memory), planned by the same helper the test uses. Peak RSS barely depends on machine load, so a shared
+  by tests/planning/_measure_step.py (one torch thread, CPU, each optimizer step's peak RSS, steps after the first,
+  rollouts included), planned by the same helper the test uses. Peak RSS barely depends on machine load, so a shared
   machine gives usable figures; runs are sequential, never in parallel.
 * The table lists measured, planned, their ratio and the planned peak phase and largest term.
 """

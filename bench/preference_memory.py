@@ -27,9 +27,9 @@ Choices:
   i.e. the same layers checkpointed, the saved layer inputs kept in place. "Same config" = every decoder layer
   checkpointed in both arms; offload only moves where the saved inputs live (host memory), which on CPU is where they
   already are, so on CPU it must cost what plain checkpointing costs.
-* Memory (as bench/grpo_memory.py, through bench/_common.py; the same VmHWM reset that `slimrl.memory`'s
-  `reset_peak_memory` / `peak_memory_bytes` use): "working" = peak RSS minus RSS at `compute_loss` entry, up to the
-  end of its `accelerator.backward`, max over steps (the reference forward, the policy forward and backward);
+* Memory (as bench/grpo_memory.py, through bench/_common.py's VmHWM reset, the bench's own; slimrl never resets it):
+  "working" = peak RSS minus RSS at `compute_loss` entry, up to the end of its `accelerator.backward`, max over
+  steps (the reference forward, the policy forward and backward);
   "peak" = peak RSS of the whole process (VmHWM polled every 5 ms, folded before every reset). s/step is the mean
   over steps after the first (`--steps`, default 2). "peak" is what the targets call the step peak (the process
   peaks inside a step; slimrl logs the same reading as `peak_memory_gb`); "working" isolates what the step adds.

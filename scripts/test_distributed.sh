@@ -7,8 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh dev
+source scripts/venv.sh
+project_venv
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
-PY=python3
 if bash scripts/install_deepspeed.sh; then
     PY=.venv-deepspeed/bin/python
 else

@@ -3,7 +3,8 @@
 #   bash scripts/test_gpu.sh [pytest args]          e.g. -x, -k parity, tests/gpu/test_gpu_ops.py
 #
 # - scripts/gpu_env.sh (sourced) installs the wheels of .whl/ offline and puts them and src/ on PYTHONPATH.
-# - A preflight prints the GPU and the versions and stops with the missing package named, before pytest starts.
+# - A preflight prints the GPU and the versions and stops with the missing package named, or with each library
+#   outside slimrl/versions.py's ranges named (slimrl would refuse it at its first use), before pytest starts.
 #   Without CUDA it stops too (exit 2), unless ALLOW_NO_GPU=1: then every test is collected and skips with its reason.
 # - Measured numbers (parity errors, peaks) go as JSON lines to $SLIMRL_GPU_REPORT (default: none).
 set -euo pipefail
@@ -36,6 +37,11 @@ import datasets  # noqa: E402 (after the check above)
 datasets.disable_progress_bars()
 datasets.Dataset.from_dict({"a": [1, 2]}).map(lambda row: {"b": row["a"] + 1})  # pyarrow of the image is usable
 print("slimrl from", os.path.dirname(importlib.import_module("slimrl").__file__))
+from slimrl.versions import problems  # noqa: E402 (the same verdict slimrl's API gives at first use)
+
+refused = problems()
+if refused:
+    sys.exit("slimrl refuses these library versions: " + "; ".join(refused) + " (slimrl/versions.py)")
 if cuda:
     props = torch.cuda.get_device_properties(0)
     print(f"GPU: {props.name}, {props.total_memory / 2**30:.1f} GiB, CUDA {torch.version.cuda}, "

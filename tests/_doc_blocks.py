@@ -10,9 +10,12 @@ cannot hide a block.
 
 import importlib.util
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+
+from slimrl.patches.on_import import AUTO_PATCH_OFF
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -61,9 +64,30 @@ def tiny(block: str, model_dir: str) -> str:
     return re.sub(r"max_steps=\d+", "max_steps=1", block)
 
 
+@contextmanager
+def as_a_fresh_script(monkeypatch):
+    """Patching on import on, as in the reader's own process (tests/conftest.py turns it off for the suite), and
+    off again afterwards: `from slimrl import FastLanguageModel` then patches the TRL trainers the page imports."""
+    from slimrl.patches import auto
+
+    monkeypatch.delenv(AUTO_PATCH_OFF, raising=False)
+    monkeypatch.setattr(auto, "_requested", False)
+    monkeypatch.setattr(auto, "_installed", None)
+    try:
+        yield
+    finally:
+        auto.uninstall()  # the hook goes; tests/conftest.py's fixture unpatches the trainers
+
+
 def run_blocks(page: Path, tmp_path, monkeypatch, rewrite=lambda block: block) -> tuple[int, dict]:
-    """(how many blocks ran, the page's namespace) after running every block that runs here, in order."""
+    """(how many blocks ran, the page's namespace) after running every block that runs here, in order, in a
+    process set up as the reader's would be (as_a_fresh_script)."""
     monkeypatch.chdir(tmp_path)  # outputs/... land in the test's folder
+    with as_a_fresh_script(monkeypatch):
+        return _run_in_order(page, rewrite)
+
+
+def _run_in_order(page: Path, rewrite) -> tuple[int, dict]:
     namespace = {"__name__": "__docs__"}
     ran = 0
     for number, block in enumerate(python_blocks(page), 1):

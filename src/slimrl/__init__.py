@@ -42,11 +42,14 @@ _checked = False
 
 
 def _check_versions_once() -> None:
+    """At the API's first use: the library versions, then bitsandbytes imported without its start-up line."""
     global _checked
     if not _checked:
+        from .noise import import_bitsandbytes_quietly
         from .versions import check
 
         check()  # raises ImportError naming any library outside slimrl's supported ranges (slimrl/versions.py)
+        import_bitsandbytes_quietly()  # before peft imports it (slimrl/noise.py)
         _checked = True
 
 

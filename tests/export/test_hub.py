@@ -40,6 +40,17 @@ def test_push_gguf_and_save_with_push_to_hub(peft_model, hub):
     assert hub.repos["alice/tiny-gguf"]["model.Q8_0.gguf"][:4] == b"GGUF"
     model.save_pretrained_merged("alice/tiny-lora", tokenizer, save_method="lora", push_to_hub=True, token="hf_test")
     assert "adapter_model.safetensors" in hub.repos["alice/tiny-lora"]
+    # private unless told: Unsloth's private=None (the Hub's default, public) means private here
+    assert hub.private["alice/tiny-gguf"] == hub.private["alice/tiny-lora"] == "private"
+
+
+def test_private_false_publishes(hub, tmp_path):
+    from slimrl.export.hub import upload_folder
+
+    (tmp_path / "weights.txt").write_text("x")
+    upload_folder(str(tmp_path), "alice/open", token="hf_test", private=False)
+    upload_folder(str(tmp_path), "alice/closed", token="hf_test")
+    assert (hub.private["alice/open"], hub.private["alice/closed"]) == ("public", "private")
 
 
 def test_model_card_names_hub_bases_only():

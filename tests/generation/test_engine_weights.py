@@ -1,6 +1,12 @@
 """What the vLLM engine receives (no vLLM needed): merged weights equal peft's merge, the model is left untouched,
 and the state key changes exactly when the weights generation should use change."""
 
+import gc
+import os
+import shutil
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -98,3 +104,37 @@ def test_a_multiprocess_vllm_setting_raises_instead_of_being_overridden(monkeypa
     import os
 
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+
+
+def test_adapter_folders_in_shared_memory_are_removed_even_without_close():
+    """The vLLM LoRA hand-over's folder (RAM in /dev/shm) goes at close, at garbage collection, or at exit."""
+    from slimrl.generation.weights import AdapterFolders
+
+    folders = AdapterFolders()
+    root = folders.root
+    os.makedirs(os.path.join(root, "update-1"))
+    folders.cleanup()
+    assert not os.path.exists(root)
+    folders.cleanup()  # idempotent
+
+    folders = AdapterFolders()
+    root = folders.root
+    del folders
+    gc.collect()
+    assert not os.path.exists(root), "dropped without close(): the finalizer removes it"
+
+    code = (
+        "import os, sys\n"
+        "from slimrl.generation.weights import AdapterFolders\n"
+        "keep = AdapterFolders()\n"  # alive until the interpreter exits, never closed
+        "os.makedirs(os.path.join(keep.root, 'update-1'))\n"
+        "print(keep.root)\n"
+        "sys.stdout.flush()\n"
+        "os._exit(0) if len(sys.argv) > 1 else None\n"
+    )
+    exited = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert not os.path.exists(exited.stdout.strip()), "removed when the interpreter exits"
+    killed = subprocess.run([sys.executable, "-c", code, "hard"], capture_output=True, text=True, timeout=120)
+    leaked = killed.stdout.strip()
+    assert os.path.exists(leaked), "negative control: a process that skips exit handlers leaves the folder"
+    shutil.rmtree(leaked)

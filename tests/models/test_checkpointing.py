@@ -131,6 +131,31 @@ def test_apply_checkpointing_on_plain_model():
     expect_mode(model, False)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_slimrls_own_calls_use_no_deprecated_checkpointing_name(tiny_peft, mode):
+    """transformers 5.24 deprecates gradient_checkpointing_enable/_disable and is_gradient_checkpointing with a
+    FutureWarning; slimrl's own switching (not TRL's or peft's calls) must not use them."""
+    import warnings
+
+    from slimrl.models import modes
+
+    model = tiny_peft(mode)  # built before: peft's own __init__ reads is_gradient_checkpointing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        checkpointing.apply_checkpointing(model, mode)
+        checkpointing.set_checkpointing_active(model, False)
+        checkpointing.set_checkpointing_active(model, True)
+        assert checkpointing.is_checkpointing_active(model) is bool(mode)
+        modes.for_inference(model)
+        modes.for_training(model)
+        base = checkpointing.base_transformers_model(model)
+        if hasattr(base, "is_activation_checkpointing"):  # transformers >= 5.24 (the new names, the deprecations)
+            base.activation_checkpointing_enable()  # what transformers' Trainer calls: routed to slimrl's guard
+            with pytest.raises(FutureWarning, match="is_gradient_checkpointing"):  # the negative control
+                base.is_gradient_checkpointing  # noqa: B018
+    expect_mode(model, mode)
+
+
 def test_stock_grpo_trainer_keeps_offload_through_rollouts(tiny_model_dir, tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer

@@ -1,6 +1,7 @@
 """QLoRA on CPU: NF4 loading, and LoRA gradients that survive a generate (bitsandbytes' CPU repack trap)."""
 
 import importlib.util
+import re
 
 import pytest
 import torch
@@ -48,5 +49,8 @@ def test_missing_bitsandbytes_message(monkeypatch):
     monkeypatch.setattr(
         quantization.importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a)
     )
-    with pytest.raises(ImportError, match="pip install bitsandbytes"):
+    from slimrl.versions import EXTRAS_SUPPORTED
+
+    wanted = re.escape(f"pip install 'bitsandbytes{EXTRAS_SUPPORTED['bitsandbytes']}'")
+    with pytest.raises(ImportError, match=wanted):
         quantization.bnb_4bit_config(torch.float32)

@@ -12,6 +12,7 @@ import copy
 
 import pytest
 import torch
+import trl.trainer.utils as trl_utils  # TRL's stock head: a moved module must fail this suite, not skip it
 
 from slimrl.ops import chunking
 from slimrl.ops.chunking import num_chunks_of, set_num_chunks
@@ -22,7 +23,6 @@ from slimrl.testing import tiny_llama
 import _parity as P
 from _reference import naive_fused_lm_head, naive_outputs
 
-trl_utils = pytest.importorskip("trl.trainer.utils")
 ALL = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
 V = 777  # not a multiple of any tile or chunk
 

@@ -106,7 +106,9 @@ def test_tokenizer_without_pad_or_eos(tmp_path, unpatched):
 
 def test_num_generations_below_two(tmp_path, unpatched):
     PatchFastRL("grpo")
-    with pytest.raises(ValueError, match=r"num_generations=1: group-relative advantages need at least 2"):
+    with pytest.raises(
+        ValueError, match=r"num_generations=1 is out of range \(allowed: >= 2\): group-relative advantages"
+    ):
         R.make_config("grpo", str(tmp_path), num_generations=1, per_device_train_batch_size=2)
 
 

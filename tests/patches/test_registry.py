@@ -1,5 +1,6 @@
 """PatchFastRL's contract: one registry, checked seams, idempotent, reversible, independent of import order."""
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -100,8 +101,10 @@ def test_missing_trl_helper_the_head_reads_raises_naming_it(monkeypatch, module,
 def test_unsupported_trl_version_names_both(monkeypatch):
     import trl
 
+    from slimrl.versions import SUPPORTED
+
     monkeypatch.setattr(trl, "__version__", "2.3.0")
-    with pytest.raises(slimrl.PatchError, match=r"TRL >=1\.16,<2.*TRL 2\.3\.0 is installed"):
+    with pytest.raises(slimrl.PatchError, match=rf"TRL {re.escape(SUPPORTED['trl'])}.*TRL 2\.3\.0 is installed"):
         slimrl.PatchFastRL("grpo")
 
 

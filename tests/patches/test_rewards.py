@@ -76,8 +76,11 @@ def test_a_repeated_keyword_is_named_after_the_function(reward):
         length_reward(prompts=PROMPTS, completions=COMPLETIONS, **{"completions": COMPLETIONS})
 
 
-def test_reward_models_and_names_are_left_alone():
-    model_id, module = "some/reward-model", type("RM", (), {"parameters": lambda self: iter(())})()
+def test_reward_models_and_names_are_left_alone(tmp_path):
+    from slimrl.testing import save_tiny_model
+
+    model_id = save_tiny_model(tmp_path / "reward-model")  # a string TRL loads as a model: a local model folder
+    module = type("RM", (), {"parameters": lambda self: iter(())})()
     assert checked_rewards([model_id, module], ["prompt"], "raise") == [model_id, module]
 
 
@@ -149,3 +152,25 @@ def test_negative_control_a_good_reward_is_untouched():
 def test_policy_is_validated():
     with pytest.raises(ValueError, match="slimrl_reward_errors must be one of"):
         CheckedReward(length_reward, "ignore")
+
+
+@pytest.mark.parametrize(
+    "spec, why",
+    [
+        ("my_reward", "as a Hub model id"),  # a function's name (the tier runs offline: not in the cache either)
+        ("rewards.py:my_reward", "as a Hub model id"),  # the CLI's syntax, not the API's
+        ("accuracy_reward", "from trl.rewards import accuracy_reward"),
+    ],
+)
+def test_a_string_that_is_no_loadable_model_says_what_reward_funcs_accepts(spec, why, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError) as err:
+        checked_rewards([length_reward, spec], ["prompt"], "raise")
+    message = str(err.value)
+    assert message.startswith(f"reward_funcs entry {spec!r} is neither a function nor a loadable reward model (")
+    assert "reward_funcs takes a function" in message and why in message
+
+
+def test_a_folder_without_a_config_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="a folder without config.json"):
+        checked_rewards(str(tmp_path), ["prompt"], "raise")

@@ -1,8 +1,8 @@
 """Soak (slow tier: `bash scripts/test.sh -m slow`): 200 patched GRPO steps on a tiny model with a reward function that
 fails on ~5% of completions under slimrl_reward_errors="skip". The run completes, failures show in the logged metric
 (rewards/<name>/errors: on some steps, not on most, never more than the batch), and memory stays flat: the mean
-per-step peak (peak_memory_gb, the step's RSS high-water mark on CPU) of the last 50 steps is within 5% of the first
-50's."""
+peak_memory_gb (the process's RSS high-water mark at each step's end, never reset) of the last 50 steps is within 5%
+of the first 50's: memory that grew from step to step would raise the mark."""
 
 import random
 

@@ -35,6 +35,12 @@ def _dataset(spec):
     return Dataset.from_dict({"prompt": prompts, "chosen": chosen, "rejected": rejected})
 
 
+def reset_peak_rss() -> None:
+    """Start a new VmHWM reading (Linux): this harness measures each optimizer step's own peak RSS."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
 def _reward(completions, **kwargs):
     return [float(len(c) % 7) for c in completions]
 
@@ -44,7 +50,7 @@ def main(spec: dict) -> dict:
     from transformers import TrainerCallback
 
     from slimrl import FastLanguageModel, PatchFastRL
-    from slimrl.memory import peak_memory_bytes, reset_peak_memory
+    from slimrl.memory import peak_memory_bytes
     from slimrl.testing import tiny_llama, tiny_tokenizer
 
     algorithm = spec["algorithm"]
@@ -68,7 +74,7 @@ def main(spec: dict) -> dict:
 
     class StepPeak(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
-            reset_peak_memory("cpu")
+            reset_peak_rss()
 
         def on_step_end(self, args, state, control, **kwargs):
             peaks.append(peak_memory_bytes("cpu"))

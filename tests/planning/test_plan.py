@@ -224,3 +224,28 @@ def test_plan_command_exit_status_says_whether_it_fits(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["fits"] is False and result["peak_bytes"] > 0.1 * 2**30
     assert main(["plan", "nope"]) == 2
+
+
+@pytest.mark.parametrize(
+    "given, mode",
+    [
+        ("false", False),
+        ("False", False),
+        ("none", False),
+        ("true", True),
+        ("Unsloth", "offload"),
+        ("OFFLOAD", "offload"),
+    ],
+)
+def test_checkpointing_spellings_follow_the_one_alias_rule(given, mode):
+    """The plan reads a checkpointing value through slimrl.models.checkpointing.normalize_mode, the rule
+    get_peft_model applies: "false" is no checkpointing and "Unsloth" is offload (truthiness says True for both)."""
+    from slimrl.models.checkpointing import normalize_mode
+
+    assert run_shape("grpo", {}, use_gradient_checkpointing=given).checkpointing == mode == normalize_mode(given)
+    assert run_shape("grpo", {"gradient_checkpointing": given}).checkpointing == mode
+
+
+def test_checkpointing_value_outside_the_rule_is_refused():
+    with pytest.raises(ValueError, match="use_gradient_checkpointing must be"):
+        run_shape("grpo", {}, use_gradient_checkpointing="sometimes")

@@ -6,9 +6,10 @@ each run is its own process, 1-5 minutes on 2 cores).
     weights  DPO, full fine-tuning of a 60M-parameter model: weights, reference copy, AdamW state, gradients
     kv       GRPO, LoRA, 64 rows x 512 tokens generated at once, checkpointing on: the rollout's KV cache
 
-Measured on CPU with slimrl.memory's per-step peak RSS (steps after the first; one thread; the machine may be
-shared: RSS barely depends on load). Negative control: the head run planned with the chunk knob left automatic
-(128 MiB of tiles instead of 1 GiB) is far outside the tolerance, so the check can fail.
+Measured on CPU as each optimizer step's peak RSS (VmHWM, reset by the harness when a step begins, rollouts included;
+steps after the first; one thread; the machine may be shared: RSS barely depends on load). Negative control: the head
+run planned with the chunk knob left automatic (128 MiB of tiles instead of 1 GiB) is far outside the tolerance, so the
+check can fail.
 """
 
 import pytest

@@ -71,13 +71,18 @@ def strategy_reward(completions):
     return scores
 
 
+def _children() -> set[int]:
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
 def test_a_training_loop_scores_every_completion_and_goes_on():
     expected = [20.0, -20.0, -20.0, -20.0, -1.0, -3.0, -3.0, -2.0]
+    before = _children()  # earlier tests' processes (a data loader's, a compiler's) are not the sandbox's
     for _ in range(2):  # two "steps": the loop survives every kind of failure
         assert strategy_reward(list(COMPLETIONS.values())) == expected
     gc.collect()
     spares = {process.popen.pid for process in worker._SPARES.values()}
-    leftover = {child.pid for child in psutil.Process().children(recursive=True)} - spares
+    leftover = _children() - before - spares
     assert not leftover, "sandbox processes outlived their functions"
 
 

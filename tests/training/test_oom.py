@@ -79,7 +79,7 @@ def test_simulated_cuda_oom_keeps_the_last_step_and_resumes_exactly(kind, tmp_pa
     message = str(caught.value)
     assert isinstance(caught.value, torch.OutOfMemoryError)  # `except torch.OutOfMemoryError` still matches
     assert "Training step 3 of 4 stopped, out of memory: CUDA out of memory. Tried to allocate 20.00 GiB" in message
-    assert "Measured peak of the last completed step:" in message
+    assert "Memory high-water mark when the last completed step ended:" in message
     assert "Planned peak of this step:" in message or kind == "ppo"  # slimrl plan has no PPO model yet
     checkpoint = tmp_path / "run" / "checkpoint-2"
     assert f"checkpoint is kept: {checkpoint}" in message

@@ -20,10 +20,12 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 
 def _checkpoint(folder, step, complete=True):
+    from _checkpoint_files import write_checkpoint
+
     path = folder / f"checkpoint-{step}"
-    path.mkdir(parents=True)
     if complete:
-        (path / "trainer_state.json").write_text("{}")
+        return write_checkpoint(path)
+    path.mkdir(parents=True)
     return path
 
 
@@ -101,6 +103,70 @@ def test_max_memory_gb_reaches_the_config_and_is_validated():
 def test_resume_command_repeats_the_flags_with_one_resume(argv):
     command = resume_command("dpo", argv, "out dir")
     assert shlex.split(command) == ["slimrl", "dpo", "--max_steps", "9", "--resume", "out dir"]
+
+
+@pytest.mark.parametrize(
+    "flags, private",
+    [
+        ([], True),
+        (["--public"], False),
+        (["--hub_private_repo", "False"], False),
+        (["--hub_private_repo", "True"], True),
+    ],
+)
+def test_hub_pushes_are_private_unless_public(flags, private):
+    _, _, args = parse_grpo_args(["--bf16", "False", "--push_to_hub", "True", "--hub_model_id", "me/x", *flags])
+    assert args.hub_private_repo is private
+
+
+def test_public_and_private_together_is_an_error():
+    with pytest.raises(ValueError, match="--public and --hub_private_repo True both given"):
+        parse_grpo_args(["--bf16", "False", "--public", "--hub_private_repo", "True"])
+
+
+TOKEN = "hf_" + "aB3" * 12  # Hub-token shaped
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        ["--hub_token", TOKEN],
+        [f"--hub_token={TOKEN}"],
+        ["--token", "plain-looking-value"],
+        ["--wandb_api_key", "0123456789abcdef"],
+        ["--db-password", "hunter2"],
+    ],
+)
+def test_resume_command_leaves_secrets_out_and_says_which(secret):
+    command = resume_command("grpo", ["--max_steps", "9", *secret, "--seed", "3"], "out")
+    value = secret[-1].split("=", 1)[-1]
+    assert value not in command and "hf_" not in command
+    flag = secret[0].split("=", 1)[0]
+    assert command.endswith(
+        f"# left out (secret): {flag}; pass again, or let the Hub client use HF_TOKEN / hf auth login"
+    )
+    words = shlex.split(command, comments=True)  # what a shell runs when the line is pasted
+    assert words == ["slimrl", "grpo", "--max_steps", "9", "--seed", "3", "--resume", "out"]
+
+
+def test_resume_command_redacts_credential_shaped_values_and_keeps_special_tokens():
+    argv = ["--pad_token", "<pad>", "--stop_token", "eos", "--hub_model_id", "me/x", "--run_name", f"x-{TOKEN}"]
+    words = shlex.split(resume_command("grpo", argv, "out"), comments=True)
+    assert words[:8] == ["slimrl", "grpo", "--pad_token", "<pad>", "--stop_token", "eos", "--hub_model_id", "me/x"]
+    assert words[8:10] == ["--run_name", "x-REDACTED"]  # a value shaped like a Hub token, in any flag
+    assert "# left out" not in resume_command("grpo", argv, "out")  # negative control: nothing secret by name
+
+
+def test_the_interrupt_line_prints_no_secret_and_survives_braces(capfd):
+    from slimrl.training.interrupt import SafeInterrupt
+
+    hint = resume_command("grpo", ["--hub_token", TOKEN, "--chat_template", "{{ messages }}"], "out")
+    interrupt = SafeInterrupt(exit=False, resume_hint=hint, signals=())
+    interrupt.signum, interrupt.stopped_at, interrupt.checkpoint = 15, 2, "out/checkpoint-2"
+    interrupt.on_train_end(SimpleNamespace(output_dir="out"), SimpleNamespace(max_steps=9), None)
+    line = capfd.readouterr().err  # written straight to file descriptor 2 (safe inside a signal handler)
+    assert "stopped by SIGTERM after step 2/9" in line and TOKEN not in line
+    assert "--chat_template '{{ messages }}' --resume out  # left out (secret): --hub_token" in line
 
 
 def test_metrics_file_keeps_the_rows_up_to_the_resumed_step(tmp_path):

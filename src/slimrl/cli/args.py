@@ -173,6 +173,13 @@ class DataArguments:
             "checkpoint or the newest one in that run folder. Ctrl-C / SIGTERM and out-of-memory stops write one.",
         },
     )
+    public: bool = field(
+        default=False,
+        metadata={
+            "help": "With --push_to_hub: create the Hub repository public. Default: private (hub_private_repo=True, "
+            "unlike TRL's default of leaving it to the Hub, which makes it public)."
+        },
+    )
     resume_command: str | None = field(default=None, init=False, repr=False)  # set by run_control
 
 

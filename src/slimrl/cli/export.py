@@ -53,7 +53,11 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         "--push_to_hub", default=None, metavar="REPO", help="Also upload the result to this Hub repository (user/name)."
     )
     parser.add_argument("--token", default=None, help="Hub token; default: huggingface_hub's login / HF_TOKEN.")
-    parser.add_argument("--private", action="store_true", default=False, help="Create the Hub repository private.")
+    visibility = parser.add_mutually_exclusive_group()
+    visibility.add_argument(
+        "--public", action="store_true", default=False, help="Create the Hub repository public (default: private)."
+    )
+    visibility.add_argument("--private", action="store_true", default=False, help="The default; kept for old scripts.")
 
 
 def check_export_args(args) -> None:
@@ -106,10 +110,9 @@ def run_export(args) -> dict:
         from slimrl.state import model_state
 
         hub.write_model_card(out, model_state(model).model_name, "transformers" if args.format == "merged" else "gguf")
-        result["commit_url"] = hub.upload_folder(
-            out, args.push_to_hub, token=args.token, private=True if args.private else None
-        )
-        print(f"[slimrl] pushed to {args.push_to_hub}: {result['commit_url']}", flush=True)
+        result["commit_url"] = hub.upload_folder(out, args.push_to_hub, token=args.token, private=not args.public)
+        shown = "public" if args.public else "a new repository is private; --public publishes"
+        print(f"[slimrl] pushed to {args.push_to_hub} ({shown}): {result['commit_url']}", flush=True)
     _print_next_steps(args.format, out, files)
     return result
 

@@ -5,7 +5,8 @@
    a bare `--debug` flag (anywhere on the line) or SLIMRL_DEBUG=1. Anything else (a bug) keeps its traceback.
 2. Known noise, silenced during a command (each is harmless and would otherwise repeat or break the progress bar):
    - bitsandbytes' "Failed to load CPU gemm_4bit_forward from kernels-community" at every start on AVX512-BF16 CPUs
-     (an optional kernel package for a path slimrl switches off anyway: slimrl.models.quantization);
+     (an optional kernel package for a path slimrl switches off anyway): dropped at its source, slimrl's import of
+     bitsandbytes (slimrl/noise.py), which the command does first, as the API's first use does;
    - transformers' FutureWarnings about `gradient_checkpointing` names TRL 1.16 still uses (renamed to
      `activation_checkpointing` in transformers 5);
    - torch's "'pin_memory' argument is set as true but no accelerator is found" on CPU, printed mid-progress-bar;
@@ -15,12 +16,10 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 import warnings
 
-NOISY_LOG_LINES = {"bitsandbytes.backends.cpu.ops": "Failed to load CPU gemm_4bit_forward"}
 NOISY_WARNINGS = (
     (FutureWarning, r".*(gradient_checkpointing|is_gradient_checkpointing|activation_checkpointing).*"),
     (UserWarning, r".*'pin_memory' argument is set as true but no accelerator is found.*"),
@@ -49,27 +48,14 @@ def print_user_error(command: str, exc: BaseException, out=None) -> None:
     print(f"slimrl {command}: error: {message}\n(run with --debug for the traceback)", file=out or sys.stderr)
 
 
-class _DropLine(logging.Filter):
-    def __init__(self, start: str):
-        super().__init__()
-        self.start = start
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.start)
-
-
 @contextlib.contextmanager
 def quiet_known_noise():
     """The noise of the module docstring, silenced for the duration (filters removed afterwards)."""
-    filters = [(logging.getLogger(name), _DropLine(start)) for name, start in NOISY_LOG_LINES.items()]
-    for logger, line_filter in filters:
-        logger.addFilter(line_filter)
+    from slimrl.noise import import_bitsandbytes_quietly
+
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    try:
-        with warnings.catch_warnings():
-            for category, message in NOISY_WARNINGS:
-                warnings.filterwarnings("ignore", message=message, category=category)
-            yield
-    finally:
-        for logger, line_filter in filters:
-            logger.removeFilter(line_filter)
+    with warnings.catch_warnings():
+        for category, message in NOISY_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        import_bitsandbytes_quietly()
+        yield

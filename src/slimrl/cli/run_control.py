@@ -12,7 +12,10 @@ Choices:
   run folder (a one-line notice says so), so the resumed run continues where the first one writes.
   `--resume_from_checkpoint PATH` (TrainingArguments' own field) still works; giving both is an error.
 - The interrupt line repeats the command as run, with `--resume <output_dir>` in place of any resume flag, so it
-  can be pasted as is.
+  can be pasted as is; secret flags (`--hub_token`, `--api_key`, ...) are left out and credential-shaped values
+  replaced (cli/redaction.py), so the line can go to logs.
+- Hub pushes (`--push_to_hub`) create a private repository unless `--public` is given: TRL's `hub_private_repo`
+  left unset becomes True; `--public` sets it False; `--public` with `--hub_private_repo True` is an error.
 - An out-of-memory stop (slimrl.training.oom) ends the command with its message (exit status 1), no traceback:
   everything the user needs (peak, knobs, checkpoint) is in the message.
 """
@@ -25,6 +28,7 @@ from ..state import user_set
 from ..training.checkpoints import resolve_resume, run_dir_of
 from ..training.interrupt import SafeInterrupt
 from ..training.oom import TrainingOutOfMemory
+from .redaction import left_out_note, redact_argv
 
 RESUME_LATEST = "latest"  # the value of a bare `--resume` (argparse const)
 _RESUME_FLAGS = ("--resume", "--resume_from_checkpoint")
@@ -46,11 +50,25 @@ def _without_resume(argv: list[str]) -> list[str]:
 
 
 def resume_command(command: str, argv: list[str], output_dir: str) -> str:
-    return shlex.join(["slimrl", command, *_without_resume(argv), "--resume", str(output_dir)])
+    """The command that resumes this run, with no secret in it (a `str.format` template: braces doubled)."""
+    kept, left_out = redact_argv(_without_resume(argv))
+    line = shlex.join(["slimrl", command, *kept, "--resume", str(output_dir)]) + left_out_note(left_out)
+    return line.replace("{", "{{").replace("}", "}}")
+
+
+def apply_hub_visibility(task_args, training_args) -> None:
+    """A repository the run pushes to is private unless --public (hub_private_repo set by the user is kept)."""
+    if task_args.public:
+        if user_set(training_args, "hub_private_repo") and training_args.hub_private_repo:
+            raise ValueError("--public and --hub_private_repo True both given: pass one of them.")
+        training_args.hub_private_repo = False
+    elif training_args.hub_private_repo is None:
+        training_args.hub_private_repo = True
 
 
 def apply_run_flags(command: str, argv: list[str], task_args, training_args) -> None:
-    """--resume into the TRL config; the resume command for the interrupt line."""
+    """--resume into the TRL config; the Hub visibility; the resume command for the interrupt line."""
+    apply_hub_visibility(task_args, training_args)
     resume = task_args.resume
     if resume is not None:
         if training_args.resume_from_checkpoint:

@@ -2,8 +2,11 @@
 
 Choices:
 - Upload with huggingface_hub's own client: `HfApi.create_repo(exist_ok=True)` then `HfApi.upload_folder` (one
-  commit). The endpoint is huggingface_hub's (`HF_ENDPOINT`); the token is the caller's, else huggingface_hub's
-  login / `HF_TOKEN`. Tests run this client against a local stand-in of the Hub API, never the network.
+  commit). A repository slimrl creates is private unless `private=False` is passed (the CLI: `--public`): a fresh
+  fine-tune is not published by accident. (Unsloth's `private=None` leaves it to the Hub, which makes it public.) An
+  existing repository keeps its visibility. The endpoint is huggingface_hub's (`HF_ENDPOINT`); the token is the
+  caller's, else huggingface_hub's login / `HF_TOKEN`. Tests run this client against a local stand-in of the Hub
+  API, never the network.
 - The model card is a short README.md with Hub metadata: `base_model` only when the base is a Hub id (the Hub
   rejects a local path), the embedded model mapped to its Hub id; tags slimrl and trl.
 - The Modelfile points Ollama at the GGUF next to it. A ChatML chat template (SmolLM2, Qwen2) is spelled as
@@ -69,23 +72,29 @@ def write_modelfile(folder: str, gguf_filename: str, tokenizer) -> str:
     return path
 
 
+def is_private(private: bool | None) -> bool:
+    """The visibility of a repository slimrl creates: private unless the caller said `private=False`."""
+    return True if private is None else bool(private)
+
+
 def upload_folder(
     folder: str,
     repo_id: str,
     token=None,
-    private=None,
+    private: bool | None = None,
     commit_message: str | None = None,
     commit_description: str | None = None,
     create_pr: bool = False,
     revision: str | None = None,
 ) -> str:
-    """Create `repo_id` if needed and upload `folder` in one commit; returns the commit URL."""
+    """Create `repo_id` if needed (private unless `private=False`) and upload `folder` in one commit; returns the
+    commit URL."""
     from huggingface_hub import HfApi
 
     if not isinstance(repo_id, str) or not repo_id.strip():
         raise ValueError(f"repo_id must be a Hub repository id such as 'user/my-model'; got {repo_id!r}")
     api = HfApi(token=token)
-    api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+    api.create_repo(repo_id, private=is_private(private), exist_ok=True, repo_type="model")
     info = api.upload_folder(
         repo_id=repo_id,
         folder_path=folder,

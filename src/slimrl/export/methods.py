@@ -138,7 +138,8 @@ def save_pretrained_merged(
 
     save_method: "merged_16bit" (float16 safetensors: vLLM, TGI, llama.cpp's converter),
         "merged_4bit" (bitsandbytes NF4; "merged_4bit_forced" too) or "lora" (the adapter alone).
-    push_to_hub: treat `save_directory` as a Hub repo id and upload there (see push_to_hub_merged).
+    push_to_hub: treat `save_directory` as a Hub repo id and upload there (see push_to_hub_merged; private unless
+        private=False).
     max_shard_size: safetensors shard size ("5GB", "500MB" or bytes).
     dtype: slimrl only; merged_16bit's dtype (default float16; torch.bfloat16 or torch.float32 to choose).
     """
@@ -193,6 +194,9 @@ def push_to_hub_merged(
     """save_pretrained_merged into a temporary folder, then create the Hub repo (if needed) and upload it.
 
     token: a Hub token (default: huggingface_hub's login / HF_TOKEN). Returns the commit's URL.
+    private: None (default) or True: a new repository is private; False: public. (Unsloth's None means the Hub's
+        default, public: slimrl keeps a fresh fine-tune private unless told.) An existing repository keeps its
+        visibility.
     """
     _drop_unsloth_kwargs("push_to_hub_merged", unsloth_kwargs)
     merged.resolve_save_method(save_method)
@@ -280,7 +284,10 @@ def push_to_hub_gguf(
     gguf_pre_tokenizer: str | None = None,
     **unsloth_kwargs,
 ):
-    """save_pretrained_gguf into a temporary folder, then create the Hub repo (if needed) and upload it."""
+    """save_pretrained_gguf into a temporary folder, then create the Hub repo (if needed) and upload it.
+
+    private: as push_to_hub_merged's (None or True: a new repository is private; False: public).
+    """
     _drop_unsloth_kwargs("push_to_hub_gguf", unsloth_kwargs)
     with tempfile.TemporaryDirectory(prefix="slimrl-push-") as folder:
         save_pretrained_gguf(model, folder, tokenizer, quantization_method, gguf_pre_tokenizer=gguf_pre_tokenizer)

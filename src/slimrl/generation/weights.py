@@ -25,6 +25,7 @@ import itertools
 import os
 import shutil
 import tempfile
+import weakref
 
 import torch
 
@@ -170,12 +171,15 @@ class AdapterFolders:
     """Adapters saved for vLLM's LoRA path in a RAM-backed folder (/dev/shm where it exists), one per update.
 
     vLLM 0.32's LoRARequest only takes a path; /dev/shm keeps the write in memory. Only the newest folder is kept.
+    The folder is removed by `cleanup()` (the engine's `close()`), else when this object is garbage-collected or, at
+    the latest, when the interpreter exits (a `weakref.finalize`): RAM in /dev/shm outlives the process otherwise.
     """
 
     def __init__(self):
         root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
         self.root = tempfile.mkdtemp(prefix="slimrl-lora-", dir=root)
         self.current = None
+        self._remove = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
 
     def save(self, peft_model, adapter_id: int) -> str:
         path = os.path.join(self.root, f"update-{adapter_id}")
@@ -188,4 +192,4 @@ class AdapterFolders:
         return saved
 
     def cleanup(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        self._remove()  # runs once: later calls, and the finalizer at exit, do nothing

@@ -17,9 +17,13 @@ import logging
 
 import torch
 
+from ..versions import EXTRAS_SUPPORTED
+
 logger = logging.getLogger("slimrl")
 
-_INSTALL = "`pip install bitsandbytes` (>= 0.45; CPU support needs >= 0.48)"
+_INSTALL = (
+    f"`pip install 'bitsandbytes{EXTRAS_SUPPORTED['bitsandbytes']}'` (the version slimrl's CPU guard is built on)"
+)
 CPU_REPACK_FLAG = "support_avx512bf16_for_cpu"
 
 
@@ -63,5 +67,5 @@ def quantization_error(exc: Exception, device: str) -> RuntimeError:
     """Explain a bitsandbytes failure at load time."""
     return RuntimeError(
         f"Loading in 4-bit (bitsandbytes NF4) failed on device {device!r}: {exc}. bitsandbytes runs on CUDA, "
-        f"and on CPU from version 0.48; upgrade with {_INSTALL}, or load with load_in_4bit=False."
+        f"and on CPU from version 0.48; install a supported one with {_INSTALL}, or load with load_in_4bit=False."
     )

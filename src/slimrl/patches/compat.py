@@ -46,15 +46,18 @@ OFFLINE_REMOVED = (
     *PAIRED_REMOVED,
 )
 WARMUP_RATIO, WARMUP_STEPS = "warmup_ratio", "warmup_steps"
-# TRL removed these trainers (PRM, XPO, BCO, Nash-MD after 1.12; online DPO and GKD are experimental-only there)
+# Algorithms PatchFastRL refuses, with the nearest one it patches: TRL removed PRM, XPO, BCO and Nash-MD after 1.12;
+# online DPO and GKD are still in TRL 1.16, under trl.experimental, where they run unpatched
 REMOVED_ALGORITHMS = {
     "prm": "TRL removed its PRM (process reward model) trainer; train a step-level scorer as a reward model "
     "(PatchFastRL('reward'))",
     "xpo": "TRL removed XPO; the nearest supported algorithm is 'dpo' (offline) or 'grpo' (online)",
     "bco": "TRL removed BCO; the nearest supported algorithm is 'kto' (unpaired desirable/undesirable data)",
     "nash_md": "TRL removed Nash-MD; the nearest supported algorithm is 'grpo' (online) or 'dpo' (offline)",
-    "online_dpo": "slimrl does not patch TRL's experimental online DPO; the nearest supported algorithm is 'grpo'",
-    "gkd": "slimrl does not patch TRL's experimental GKD (distillation); the nearest supported algorithm is 'sft'",
+    "online_dpo": "TRL 1.16 ships online DPO as trl.experimental.online_dpo.OnlineDPOTrainer, which slimrl does not "
+    "patch (it runs there as stock TRL); the nearest algorithm slimrl patches is 'grpo'",
+    "gkd": "TRL 1.16 ships GKD (distillation) as trl.experimental.gkd.GKDTrainer, which slimrl does not patch (it runs "
+    "there as stock TRL); the nearest algorithm slimrl patches is 'sft'",
 }
 
 

@@ -6,11 +6,13 @@ checks do not apply. Patched (beyond the shared set-up of trainer_setup.py):
    `slimrl.ops.logprob.add_fused_lm_head` scores only labelled tokens in bounded chunks. None for trainers without
    that seam (RewardTrainer: a sequence-classification model; experimental ORPO/CPO: their forward is patched
    instead, see concatenated_forward.py).
-2. Config checks: the learning rate. DPO's, ORPO's and CPO's family (`SHARED_PREFIX_OFFLINE`) also declares
-   `slimrl_shared_prefix` and its check (shared_prefix_rules.py), and `max_prompt_length` with its TRL 0.2x meaning
-   (prompt_limit.py); KTO/SFT/reward refuse both like unknown keywords (max_prompt_length saying why).
-3. Trainer `__init__`: the config's `max_length` against the model's `max_seq_length` (set by FastLanguageModel): a
-   `max_length` the user set that exceeds it raises naming both fields, TRL's untouched default is lowered to it
+2. Config checks: every numeric field's range (config_ranges.py) and the learning-rate warning. DPO's, ORPO's and
+   CPO's family (`SHARED_PREFIX_OFFLINE`) also declares `slimrl_shared_prefix` and its check (shared_prefix_rules.py),
+   and `max_prompt_length` with its TRL 0.2x meaning (prompt_limit.py); KTO/SFT/reward refuse both like unknown
+   keywords (max_prompt_length saying why).
+3. Trainer `__init__`: the datasets' columns and rows (data_checks.py, row_checks.py); the config's `max_length`
+   against the model's `max_seq_length` (set by FastLanguageModel): a `max_length` the user set that exceeds it
+   raises naming both fields, TRL's untouched default is lowered to it
    (logged); TRL's `activation_offloading=True` together with the model's "offload" mode: both move saved activations
    to host memory and TRL's hook (outer) already moves the checkpointed layer inputs slimrl's (inner) would take
    over, so the model keeps plain checkpointing (mode True) and a warning names both fields.
@@ -27,6 +29,7 @@ from ..state import config_state
 from . import prompt_limit, shared_prefix_rules, validation
 from .compat import OFFLINE_REMOVED, OFFLINE_RENAMED, PAIRED_REMOVED
 from .data_checks import dataset_check
+from .row_checks import rows_check
 from .seams import Patch
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
 
@@ -124,5 +127,5 @@ def offline_patches(
     family: OFFLINE, or a variant declaring more config fields (SHARED_PREFIX_OFFLINE).
     """
     head = [fused_head_patch(fused_head_module)] if fused_head_module is not None else []
-    family = dataclasses.replace(family, checks=(dataset_check(algorithm), *family.checks))
+    family = dataclasses.replace(family, checks=(dataset_check(algorithm), rows_check(algorithm), *family.checks))
     return [*head, *setup_patches(family, trainer_path, config_path, trainer_params)]

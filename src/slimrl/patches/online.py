@@ -6,11 +6,12 @@ Patched (beyond the shared set-up of trainer_setup.py):
 2. Config: the fields `vllm_sampling_params` (rollouts on the model's vLLM engine), `slimrl_reward_errors`
    ("raise" | "skip", see rewards.py) and `slimrl_shared_prefix` ("auto" | True | False, shared_prefix_rules.py);
    `max_new_tokens` as the older name of `max_completion_length` (compat.py), `max_prompt_length` with its TRL 0.2x
-   meaning (prompt_limit.py: `_tokenize_prompts` keeps a long prompt's last tokens); config checks: learning rate,
-   sampling temperature, batch geometry fitted or refused (validation.py).
-3. Trainer `__init__`: every callable reward function wrapped (rewards.py: keywords by signature, a parameter no
-   column provides refused now, failures named); the model's `max_seq_length` against the completion length and
-   the dataset's longest prompt; around TRL's `__init__`, the engine's rollout config
+   meaning (prompt_limit.py: `_tokenize_prompts` keeps a long prompt's last tokens); config checks: every numeric
+   field's range (config_ranges.py), the learning-rate warning, batch geometry fitted or refused (validation.py).
+3. Trainer `__init__`: the dataset's columns and rows (data_checks.py, row_checks.py); every callable reward
+   function wrapped (rewards.py: keywords by signature, a parameter no column provides refused now, failures
+   named), a reward given as a string checked to be a loadable model; the model's `max_seq_length` against the
+   completion length and the dataset's longest prompt; around TRL's `__init__`, the engine's rollout config
    (vllm_rollouts.engine_rollouts: `use_vllm` switched on for an attached engine, `vllm_sampling_params` checked and
    copied into the config, visible to the VLLMGeneration seam).
 4. `_generate_single_turn`: FastLanguageModel.for_inference / for_training around every rollout (KV cache on,
@@ -37,6 +38,7 @@ from .compat import ONLINE_REMOVED, ONLINE_RENAMED
 from .data_checks import dataset_check
 from .rewards import check_policy, checked_rewards
 from .rollout_buffer import rollout_buffer_patches
+from .row_checks import rows_check
 from .seams import Patch
 from .shared_prefix import logprob_seam_patches
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
@@ -108,7 +110,7 @@ def make_generate_single_turn(original):
 def online_patches(algorithm: str, module: str, trainer: str, config_module: str, config: str) -> list[Patch]:
     """The patch list of GRPO or RLOO (their seams have the same names and shapes)."""
     trainer_path = f"{module}.{trainer}"
-    family = dataclasses.replace(ONLINE, checks=(dataset_check(algorithm), *ONLINE.checks))
+    family = dataclasses.replace(ONLINE, checks=(dataset_check(algorithm), rows_check(algorithm), *ONLINE.checks))
     return [
         fused_head_patch(module),
         *setup_patches(

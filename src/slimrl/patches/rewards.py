@@ -13,6 +13,9 @@ reward (reward models are left alone) in a `CheckedReward`:
    count as the metric `rewards/<name>/errors` (TRL's `log_metric`).
 4. Results: a wrong number of values, a non-number, NaN or inf is a failure under the same policy (None stays TRL's
    "not applicable" and passes through).
+5. A string is a reward model TRL will load (AutoModelForSequenceClassification): checked at set-up to be a local
+   model folder or a Hub model id whose config resolves (the cache when offline); otherwise a ValueError says what
+   reward_funcs accepts, instead of a Hub connection error from inside TRL.
 The wrapper keeps the function's name (TRL names its metrics after it) and its async-ness, and pickles.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 from typing import Any
 
 REWARD_ERROR_POLICIES = ("raise", "skip")
@@ -203,6 +207,46 @@ class AsyncCheckedReward(CheckedReward):
         return self._apply_policy(kwargs, self._results(kwargs, output), None)
 
 
+ACCEPTED_REWARDS = (
+    "reward_funcs takes a function `reward(completions, **kwargs) -> list[float]`, a loaded reward model "
+    "(AutoModelForSequenceClassification), or a string naming a reward model: a local model folder or a Hub model id"
+)
+
+
+def _function_hint(spec: str) -> str:
+    import trl.rewards
+
+    if callable(getattr(trl.rewards, spec, None)):
+        return f" {spec!r} is TRL's reward function: pass it, `from trl.rewards import {spec}`."
+    return " A function is passed itself (`reward_funcs=[my_reward]`), not by its name."
+
+
+def check_reward_model_spec(spec: str) -> None:
+    """Raise ValueError unless `spec` is a local model folder or a Hub model id whose config.json resolves."""
+    if os.path.isdir(spec):
+        if os.path.isfile(os.path.join(spec, "config.json")):
+            return
+        why = "a folder without config.json"
+    else:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.utils import validate_repo_id
+
+        try:
+            validate_repo_id(spec)
+            hf_hub_download(spec, "config.json")
+            return
+        except Exception as exc:  # noqa: BLE001 - invalid id, offline, missing repo: all said below
+            lines = str(exc).strip().splitlines() or [type(exc).__name__]
+            offline = os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True")
+            why = (
+                f"not a local folder, and as a Hub model id{' (HF_HUB_OFFLINE is set)' if offline else ''}: {lines[0]}"
+            )
+    raise ValueError(
+        f"reward_funcs entry {spec!r} is neither a function nor a loadable reward model ({why}). "
+        f"{ACCEPTED_REWARDS}.{_function_hint(spec)}"
+    )
+
+
 def is_async(func) -> bool:
     func = _unwrapped(func)
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
@@ -213,6 +257,8 @@ def checked_rewards(reward_funcs, columns, policy: str):
     funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
     wrapped = []
     for func in funcs:
+        if isinstance(func, str):
+            check_reward_model_spec(func)
         if isinstance(func, (str, CheckedReward)) or hasattr(func, "parameters") or not callable(func):
             wrapped.append(func)
             continue

@@ -11,7 +11,8 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
 2. Config class: each slimrl field's default as a class attribute (config_default_patches), so a config built
    before patching, by `dataclasses.replace` or a parser reads slimrl's defaults. Config `__post_init__`: precision
    flags resolved where TRL's default cannot run (precision.py), then `use_cpu` for a multi-process launch without an
-   accelerator (distributed.py), the family's config checks, then TRL's own (the clearer message wins).
+   accelerator (distributed.py), every numeric field against its meaningful range (config_ranges.py), the family's
+   config checks, then TRL's own (the clearer message wins).
 3. Trainer `__init__`: `tokenizer=` (the name older TRL and Unsloth scripts use) taken as `processing_class=` with a
    notice, and keywords TRL 0.x took on the trainer that are config fields now (`beta=`, `max_length=`) set on the
    config with a notice (compat.py); TRL's arguments bound by name. Around TRL's `__init__`, the family's context
@@ -21,10 +22,11 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
    every model given (`precompute_ref_log_probs` runs a reference pass inside TRL's `__init__`). TRL's `__init__`
    then gets the adapted arguments. After it: the knob on the models TRL ended up with (a reference it loaded itself
    included) and the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
-4. `training_step`: the step's peak memory (CUDA max allocated, or peak RSS on CPU) as the `peak_memory_gb` metric,
-   in the trainer's own metric store (`_metrics`, or `_stored_metrics` for the older ORPO/CPO trainers); an
-   out-of-memory error, or a peak over `slimrl_max_memory_gb`, stops training with the last completed step's
-   checkpoint kept (slimrl.training.oom).
+4. `training_step`: the memory high-water mark at the step's end (CUDA max allocated, or VmHWM on CPU; read, never
+   reset: slimrl.memory) as the `peak_memory_gb` metric, in the trainer's own metric store (`_metrics`, or
+   `_stored_metrics` for the older ORPO/CPO trainers); an out-of-memory error, or a step that raises the mark over
+   `slimrl_max_memory_gb`, stops training with the last completed step's checkpoint kept (slimrl.training.oom).
+5. `train(resume_from_checkpoint=...)`: the checkpoint checked whole first (resume_checks.py).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..memory import gib, peak_memory_bytes, reset_peak_memory
+from ..memory import gib, measure_step
 from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..notices import notice
 from ..ops.chunking import set_num_chunks, validate_num_chunks
@@ -46,6 +48,8 @@ from ..state import AUTO_CHUNKS, config_state, model_state, user_set
 from ..training import budget, oom
 from . import distributed, precision
 from .compat import ARGUMENT_ALIASES, adapt_config_kwargs, move_trainer_kwargs, take_alias
+from .config_ranges import check_ranges
+from .resume_checks import resume_check_patch
 from .seams import Patch
 
 logger = logging.getLogger("slimrl")
@@ -132,6 +136,7 @@ def config_post_init_maker(family: Family):
             setattr(self, budget.BUDGET_FIELD, budget.validate_memory_budget(getattr(self, budget.BUDGET_FIELD)))
             precision.resolve_config_precision(self)
             distributed.resolve_config_device(self)
+            check_ranges(self)  # every numeric field against its meaningful range (config_ranges.py)
             family.check_config(self)
             original(self)
 
@@ -278,11 +283,10 @@ def record_metric(trainer, name: str, value: float) -> None:
 def make_training_step(original):
     @functools.wraps(original)
     def training_step(self, *args, **kwargs):
-        device = self.accelerator.device
-        reset_peak_memory(device)
-        output = oom.guarded_step(self, lambda: original(self, *args, **kwargs))
-        peak = peak_memory_bytes(device)
-        record_metric(self, "peak_memory_gb", round(gib(peak), 4))
+        output, peak = measure_step(
+            lambda: oom.guarded_step(self, lambda: original(self, *args, **kwargs)), self.accelerator.device
+        )
+        record_metric(self, "peak_memory_gb", round(gib(peak.after), 4))
         oom.check_budget(self, peak)
         return output
 
@@ -319,8 +323,9 @@ def setup_patches(
     trainer_params: tuple[str, ...],
     step_params: tuple[str, ...] = ("self",),
 ) -> list[Patch]:
-    """The four set-up patches of one trainer: config `__init__` and `__post_init__`, trainer `__init__`,
-    `training_step` (trainer_params / step_params: the leading parameters TRL's methods must have)."""
+    """The set-up patches of one trainer: slimrl's config defaults, config `__init__` and `__post_init__`, trainer
+    `__init__`, `training_step` (trainer_params / step_params: the leading parameters TRL's methods must have), and
+    `train`'s check of a checkpoint to resume from (resume_checks.py)."""
     fields = ", ".join(["unsloth_num_chunks", *(name for name, _ in config_defaults(family))])
     return [
         *config_default_patches(family, config_path),
@@ -340,4 +345,5 @@ def setup_patches(
             "model checks, chunking, checkpointing mode",
         ),
         Patch(trainer_path, "training_step", step_params, make_training_step, "peak memory metric, out-of-memory stop"),
+        resume_check_patch(trainer_path),
     ]

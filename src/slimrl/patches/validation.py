@@ -1,6 +1,7 @@
 """Checks run when an RL config or trainer is built, before any heavy work. Errors name the field and a fix.
 
-Config time: learning rate, sampling temperature, batch geometry (the generation batch must hold whole groups of
+Config time (after the range of every numeric field, config_ranges.py): a warning for a learning rate outside the
+usual range for RL fine-tuning, batch geometry (the generation batch must hold whole groups of
 `num_generations` completions: when the user left the generation batch to TRL, slimrl fits it instead of raising,
 keeping the micro-batch and accumulation, so per-step memory stays as configured; values the user set that cannot
 work raise). Trainer time: the model's `max_seq_length` against the completion length and the dataset's longest
@@ -22,8 +23,7 @@ LR_WARN_RANGE = (1e-7, 1e-2)
 
 
 def check_learning_rate(lr: float) -> None:
-    if lr <= 0 or lr > 1:
-        raise ValueError(f"learning_rate={lr} is not a usable learning rate: it must be in (0, 1].")
+    """A warning outside the usual range (the hard range, (0, 1], is config_ranges.py's)."""
     low, high = LR_WARN_RANGE
     if not low <= lr <= high:
         warnings.warn(
@@ -31,14 +31,6 @@ def check_learning_rate(lr: float) -> None:
             "(LoRA: 1e-5 to 2e-4; full fine-tuning: 1e-7 to 1e-5).",
             UserWarning,
             stacklevel=4,
-        )
-
-
-def check_temperature(temperature: float) -> None:
-    if temperature is None or temperature <= 0:
-        raise ValueError(
-            f"temperature={temperature} is not allowed: rollouts sample with temperature > 0 (1.0 is TRL's default; "
-            "use a small value such as 0.1 for near-greedy sampling)."
         )
 
 
@@ -53,10 +45,8 @@ def check_batch_geometry(args, world_size: int | None = None) -> None:
     """
     world = world_size or int(os.environ.get("WORLD_SIZE", "1"))
     g = args.num_generations
-    if g is None:
+    if g is None:  # (g >= 2 is config_ranges.py's)
         return
-    if g < 2:
-        raise ValueError(f"num_generations={g}: group-relative advantages need at least 2 completions per prompt.")
     bs, ga = args.per_device_train_batch_size, args.gradient_accumulation_steps
     if args.generation_batch_size is not None:
         factor = "generation_batch_size"  # the factor of the product the user can change besides the batch
@@ -99,7 +89,6 @@ def fit_generation_batch(args, world: int, total: int) -> None:
 
 def check_config(args) -> None:
     check_learning_rate(args.learning_rate)
-    check_temperature(args.temperature)
     check_batch_geometry(args)
 
 

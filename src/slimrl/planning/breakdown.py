@@ -187,7 +187,9 @@ def _describe(p: MemoryPlan) -> list[str]:
         f"{r.device.upper()}",
         f"  {r.batch} rows per micro-batch x (prompt {r.prompt_length} + completion {r.completion_length}) tokens"
         + (f", {r.generation_rows} rows generated at once" if r.algorithm in ("grpo", "rloo") else "")
-        + f", checkpointing {r.checkpointing!r}, slimrl_num_chunks {r.num_chunks}",
+        + f", checkpointing {r.checkpointing!r}, slimrl_num_chunks {r.num_chunks}"
+        + (f", scored {r.policy_rows} rows at a time" if r.policy_rows != r.batch else "")
+        + (f", tiled MLP {r.tiled_mlp!r}" if r.tiled_mlp is not False else ""),
     ]
     return lines
 

@@ -11,12 +11,17 @@ Choices:
 3. The reference model: none for GRPO with beta=0 and for ORPO/CPO; with LoRA the adapter-disabled model (no copy);
    with full fine-tuning a second copy of the weights. DPO/KTO's `precompute_ref_log_probs` removes the per-step
    reference forward.
+4. Row groups and the tiled MLP (GRPO/RLOO): their config fields, resolved by the levers' own rules
+   (slimrl.planning.levers); the policy phases then hold one group's rows, the recompute one MLP shard.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+
+from ..models.checkpointing import normalize_mode
+from . import levers
 
 ONLINE = ("grpo", "rloo")
 PAIRED = ("dpo", "orpo", "cpo")  # chosen + rejected rows per example
@@ -56,6 +61,13 @@ class RunShape:
     engine_fraction: float  # the vLLM engine's share of the device memory (gpu_memory_utilization)
     shared_prefix: bool
     device: str  # "cpu" | "cuda"
+    group_rows: int = 0  # rows one policy forward and backward holds (row groups; 0: the whole micro-batch)
+    tiled_mlp: bool | str | int = False  # the tiled-MLP setting (slimrl.planning.levers resolves its shard)
+
+    @property
+    def policy_rows(self) -> int:
+        """Rows of one policy forward and backward: a row group, or the whole micro-batch."""
+        return self.group_rows or self.batch
 
 
 def config_defaults(algorithm: str) -> dict:
@@ -85,9 +97,7 @@ def _fields(algorithm: str, config, overrides: dict) -> dict:
         values.update(config)
     elif config is not None:
         values.update({f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
-        for name in ("slimrl_num_chunks", "slimrl_shared_prefix"):
-            if hasattr(config, name):
-                values[name] = getattr(config, name)
+        values.update({k: v for k, v in vars(config).items() if k.startswith("slimrl_")})  # set beside the dataclass
     values.update(overrides)
     return values
 
@@ -137,6 +147,7 @@ def run_shape(
     iterations = int(f.get("num_iterations") or 1)
     old_logps = algorithm == "rloo" or (algorithm in ONLINE and (accum % (spg * iterations) != 0 or fast_inference))
     shared = f.get("slimrl_shared_prefix", False)
+    rows_setting, tiled_setting = levers.settings(algorithm, f)
     return RunShape(
         algorithm=algorithm,
         batch=batch,
@@ -147,7 +158,7 @@ def run_shape(
         completion_length=completion,
         weight_bytes=weight_bytes,
         act_bytes=2 if autocast else weight_bytes,
-        checkpointing="offload" if checkpointing in ("offload", "unsloth") else bool(checkpointing),
+        checkpointing=normalize_mode(checkpointing),
         num_chunks=int(f.get("slimrl_num_chunks", -1) if f.get("slimrl_num_chunks") is not None else -1),
         lora=lora,
         load_in_4bit=load_in_4bit,
@@ -159,4 +170,6 @@ def run_shape(
         engine_fraction=float(gpu_memory_utilization) if fast_inference else 0.0,
         shared_prefix=shared is True,
         device=device,
+        group_rows=levers.group_rows(rows_setting, batch, prompt + completion),
+        tiled_mlp=tiled_setting,
     )

@@ -37,6 +37,7 @@ class ModelShape:
     param_sizes: tuple[int, ...] = ()  # elements of every parameter (gradients are allocated one per parameter)
     lora_params: int = 0  # LoRA A + B elements for the requested rank and targets (0: none asked)
     lora_targets: tuple[str, ...] = ()
+    lora_rank: int = 0  # r
     lora_rank_sum_per_layer: int = 0  # r x number of LoRA modules in one decoder block (their A outputs are saved)
     lora_inputs_per_layer: int = 0  # in_features summed over one block's LoRA modules
     lora_shared_inputs_per_layer: int = 0  # the same, counting an input read by several of them once (SHARED_INPUTS)
@@ -125,6 +126,7 @@ def _lora_counts(model, targets, rank: int) -> dict:
     return dict(
         lora_params=total,
         lora_targets=names,
+        lora_rank=rank,
         lora_rank_sum_per_layer=rank * len(first),
         lora_inputs_per_layer=sum(first.values()),
         lora_shared_inputs_per_layer=shared,

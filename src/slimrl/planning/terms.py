@@ -40,6 +40,7 @@ import math
 from dataclasses import dataclass
 
 from ..ops.chunking import resolve_num_chunks
+from . import levers
 from .run import RunShape
 from .shapes import ModelShape
 
@@ -50,6 +51,8 @@ RUNTIME_CPU_BYTES = int(0.55 * GiB)  # peak RSS of a GRPO/DPO step on a 1-layer,
 CUDA_CONTEXT_BYTES = int(0.5 * GiB)  # CUDA context + cuBLAS/cuDNN workspaces, outside torch's allocator
 TRITON_TOKEN_CHUNK, TRITON_VOCAB_TILE = 4096, 32768  # TRL's ChunkedLogProbFunction tiles (CUDA)
 FOUR_BIT_BYTES = 0.5625
+MLP_GRADIENTS = 2  # [N, I] gradients alive beside the recomputed MLP tensors in a block's backward
+OFFLOAD_DEVICE_LAYERS = 1  # an offloaded block input is back on the device while its block recomputes
 
 
 def _mib(n: float) -> str:
@@ -109,6 +112,19 @@ def optimizer_temporaries(m: ModelShape, r: RunShape) -> Part:
     return part(3 * largest * size, f"3 x largest tensor {largest:,} x {size} B", largest * size)
 
 
+def mlp_token_bytes(m: ModelShape, r: RunShape) -> int:
+    """The MLP's share of `per_token_layer_bytes`: gate, SiLU(gate) and up (3I x a), and LoRA's fp32 inputs and A
+    outputs of the MLP modules (full fine-tuning: the down projection's input, I x a)."""
+    a = r.act_bytes
+    if not r.lora:
+        return 3 * m.intermediate * a + m.intermediate * a
+    targets = set(m.lora_targets)
+    gate_up = sum(name in targets for name in ("gate_proj", "up_proj"))
+    down = "down_proj" in targets
+    widths = (m.hidden if a == 4 and gate_up == 2 else gate_up * m.hidden) + down * m.intermediate
+    return 3 * m.intermediate * a + 4 * widths + 4 * m.lora_rank * (gate_up + down)
+
+
 def per_token_layer_bytes(m: ModelShape, r: RunShape) -> int:
     """Saved activations of one block per token without checkpointing (see the module docstring)."""
     a, q_dim, kv_dim = r.act_bytes, m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
@@ -122,12 +138,13 @@ def per_token_layer_bytes(m: ModelShape, r: RunShape) -> int:
 
 
 def _rows(r: RunShape) -> int:
-    return 2 * r.batch if r.algorithm in ("dpo", "orpo", "cpo") else r.batch
+    return 2 * r.batch if r.algorithm in ("dpo", "orpo", "cpo") else r.policy_rows
 
 
 def policy_tokens(r: RunShape) -> int:
     if r.shared_prefix and r.algorithm in ("grpo", "rloo", "dpo"):
-        prompts = r.batch if r.algorithm == "dpo" else min(r.batch, max(r.generation_rows // r.num_generations, 1))
+        rows = r.batch if r.algorithm == "dpo" else r.policy_rows
+        prompts = rows if r.algorithm == "dpo" else min(rows, max(r.generation_rows // r.num_generations, 1))
         return prompts * r.prompt_length + _rows(r) * r.completion_length
     return _rows(r) * (r.prompt_length + r.completion_length)
 
@@ -147,17 +164,29 @@ def saved_activations(m: ModelShape, r: RunShape) -> Part:
         per = per_token_layer_bytes(m, r)
         return part(tokens * m.num_layers * per, f"{tokens:,} tokens x {m.num_layers} layers x {per:,} B", tensor)
     if r.checkpointing == "offload" and r.device == "cuda":
-        return Part(0, "block inputs offloaded to host memory")
+        n = OFFLOAD_DEVICE_LAYERS * tokens * m.hidden * r.act_bytes
+        return Part(n, f"block inputs offloaded to host memory but {OFFLOAD_DEVICE_LAYERS}: {tokens:,} tokens x H x a")
     n = tokens * m.num_layers * m.hidden * r.act_bytes
     return part(n, f"{tokens:,} tokens x {m.num_layers} layers x H x a", tensor)
 
 
 def recompute(m: ModelShape, r: RunShape) -> Part:
-    """One block's activations rebuilt during the backward (checkpointing only)."""
+    """One block's activations rebuilt during the backward (checkpointing only), with the MLP's gradients, one MLP
+    shard's worth where the MLP is tiled (the tiled function keeps only the MLP's input for the whole call)."""
     if r.checkpointing is False:
         return Part(0)
     tokens, per = policy_tokens(r), per_token_layer_bytes(m, r)
-    return part(tokens * per, f"one block: {tokens:,} tokens x {per:,} B", _activation_tensor(m, r, tokens))
+    mlp = mlp_token_bytes(m, r) + MLP_GRADIENTS * m.intermediate * r.act_bytes
+    shard = levers.mlp_shard_tokens(r.tiled_mlp, m.hidden, m.intermediate, tokens, r.act_bytes)
+    if shard:
+        rest = per - mlp_token_bytes(m, r) + m.hidden * r.act_bytes
+        n, text = (
+            tokens * rest + shard * mlp,
+            f"one block: {tokens:,} tokens x {rest:,} B + MLP shard {shard:,} x {mlp:,} B",
+        )
+        return part(n, text, _activation_tensor(m, r, tokens))
+    n, text = tokens * (per + mlp - mlp_token_bytes(m, r)), f"one block: {tokens:,} tokens x {per:,} B + MLP grads"
+    return part(n, text, _activation_tensor(m, r, tokens))
 
 
 def offloaded_inputs(m: ModelShape, r: RunShape) -> Part:

@@ -14,6 +14,7 @@ import os
 
 import torch
 
+from ..training.checkpoint_checks import check_checkpoint
 from .rollout import RolloutBatch
 from .value import load_trainable_state, trainable_state
 
@@ -59,6 +60,7 @@ def load_ppo_state(folder: str, device):
             f"{path} is missing: resume_from_checkpoint must point at a checkpoint written by "
             "slimrl's PPOTrainer (checkpoint-N in its output_dir)."
         )
+    check_checkpoint(folder)  # every file whole before any is read (a damaged one named, nothing written)
     state = torch.load(path, map_location="cpu", weights_only=True)
     rollout = None if state["rollout"] is None else RolloutBatch.from_state_dict(state["rollout"], device)
     return state["step"], state["episode"], rollout, state["metrics"]

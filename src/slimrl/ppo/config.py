@@ -33,34 +33,21 @@ from ..patches.trainer_setup import Family, config_init_maker, config_post_init_
 
 
 def check_ppo_fields(args) -> None:
-    """Errors for values PPO cannot run with, naming the field (before any model is loaded)."""
+    """Errors for values PPO cannot run with, naming the field (before any model is loaded); the numeric fields'
+    ranges are patches/config_ranges.py's, checked first for every config."""
     validation.check_learning_rate(args.learning_rate)
-    validation.check_temperature(args.temperature)
     if args.kl_estimator not in ("k1", "k3"):
         raise ValueError(f"kl_estimator must be 'k1' or 'k3', got {args.kl_estimator!r}.")
     if args.stop_token not in (None, "eos"):
         raise ValueError(f"stop_token must be 'eos' or None, got {args.stop_token!r} (use stop_token_id for an id).")
     if args.stop_token is not None and args.stop_token_id is not None:
         raise ValueError("stop_token and stop_token_id were both set: set one of them.")
-    for name in ("num_ppo_epochs", "num_mini_batches", "response_length", "local_rollout_forward_batch_size"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(args, name)}.")
-    for name in ("cliprange", "cliprange_value"):
-        if getattr(args, name) <= 0:
-            raise ValueError(f"{name} must be > 0, got {getattr(args, name)}.")
-    for name in ("gamma", "lam"):
-        if not 0.0 <= getattr(args, name) <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {getattr(args, name)}.")
-    if args.missing_eos_penalty is not None and args.missing_eos_penalty < 0:
-        raise ValueError(f"missing_eos_penalty must be >= 0 (it is subtracted), got {args.missing_eos_penalty}.")
     eval_strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
     if eval_strategy != "no":
         raise ValueError(
             f"eval_strategy={eval_strategy!r}: slimrl's PPOTrainer has no evaluation loop (TRL's PPO "
             "only printed sample completions); set eval_strategy='no'."
         )
-    if args.total_episodes is not None and args.total_episodes < 1:
-        raise ValueError(f"total_episodes must be >= 1, got {args.total_episodes}.")
 
 
 PPO_CONFIG = Family(check_config=check_ppo_fields)

@@ -20,6 +20,7 @@ from ..notices import notice
 from ..patches.compat import PPO_ARGUMENT_ALIASES, take_alias
 from ..patches.data_checks import dataset_check
 from ..patches.online import check_sequence_lengths
+from ..patches.row_checks import rows_check
 from ..patches.trainer_setup import SetupCall
 from .config import PPO_CONFIG
 
@@ -63,5 +64,7 @@ def require_tokenizer(call: SetupCall) -> None:
 
 
 PPO_SETUP = dataclasses.replace(
-    PPO_CONFIG, adapters=(require_tokenizer,), checks=(dataset_check("ppo"), check_sequence_lengths)
+    PPO_CONFIG,
+    adapters=(require_tokenizer,),
+    checks=(dataset_check("ppo"), rows_check("ppo"), check_sequence_lengths),
 )

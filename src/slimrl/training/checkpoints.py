@@ -52,8 +52,12 @@ def latest_checkpoint(folder: str) -> str | None:
 
 
 def resolve_resume(path: str) -> str:
-    """The checkpoint to resume from: `path` itself when it is one, else the newest complete one inside it."""
+    """The checkpoint to resume from: `path` itself when it is one, else the newest complete one inside it; checked
+    whole (checkpoint_checks.py: a damaged file is named, nothing is written)."""
+    from .checkpoint_checks import check_checkpoint
+
     if is_complete(path):
+        check_checkpoint(path)
         return path
     found = latest_checkpoint(path)
     if found is None:
@@ -62,6 +66,7 @@ def resolve_resume(path: str) -> str:
             f"Cannot resume: {path!r} {where}. Checkpoints are written when a run is stopped with Ctrl-C or SIGTERM, "
             "on an out-of-memory stop, and every --save_steps with --save_strategy steps."
         )
+    check_checkpoint(found)
     return found
 
 

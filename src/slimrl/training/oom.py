@@ -3,8 +3,8 @@ what the step needed and which settings would fit.
 
 What counts as out of memory: `torch.OutOfMemoryError` (CUDA and other accelerators), CPU allocation failures
 (PyTorch's "DefaultCPUAllocator: can't allocate memory" RuntimeError), and on any device a measured step peak above
-`slimrl_max_memory_gb` (CLI: `--max_memory_gb`), which slimrl enforces after every micro-step from the same
-reading as the `peak_memory_gb` metric (slimrl.memory: CUDA's allocator peak, or the peak RSS on CPU).
+`slimrl_max_memory_gb` (CLI: `--max_memory_gb`), which slimrl enforces after every micro-step from the readings
+behind the `peak_memory_gb` metric (slimrl.memory: CUDA's allocator, or the RSS on CPU; counters never reset).
 
 Choices:
 1. Caught in the patched `training_step` (slimrl.patches.trainer_setup), where generation, forwards and backwards
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..memory import gib
+from ..memory import StepPeak, gib
 from ..state import trainer_state
 from .budget import BUDGET_FIELD, budget_gb
 from .checkpoints import checkpoint_dir, is_complete
@@ -53,8 +53,8 @@ class StepStart:
     rng: dict
     rollout: dict  # the trainer's ROLLOUT_STATE attributes at the step's start
     counters: tuple  # (num_input_tokens_seen, current_flos)
-    last_step_peak: int = 0  # measured peak of the previous (completed) step
-    peak: int = 0  # measured peak so far in this step
+    last_step_peak: int = 0  # the memory high-water mark when the previous (completed) step ended
+    peak: int = 0  # the memory high-water mark after this step's latest micro-step
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -104,13 +104,16 @@ def guarded_step(trainer, run):
     stop(trainer, start, f"out of memory: {detail}")
 
 
-def check_budget(trainer, peak_bytes: int) -> None:
-    """After a micro-step: record its measured peak; over slimrl_max_memory_gb, stop as for an out-of-memory."""
+def check_budget(trainer, peak: StepPeak) -> None:
+    """After a micro-step: record the high-water mark; when what the micro-step is known to have reached
+    (StepPeak.known_bytes: its own peak where it raised the mark, else the memory in use at its edges) is over
+    slimrl_max_memory_gb, stop training as an out-of-memory does. A mark set before training (loading, a user's
+    earlier work) stops nothing by itself."""
     start = step_start(trainer)
-    start.peak = max(start.peak, peak_bytes)
+    start.peak = max(start.peak, peak.after)
     budget = budget_gb(trainer.args)
-    if budget is not None and peak_bytes > budget * 1024**3:
-        stop(trainer, start, f"measured peak {gib(peak_bytes):.2f} GiB is over {BUDGET_FIELD}={budget:g}")
+    if budget is not None and peak.known_bytes > budget * 1024**3:
+        stop(trainer, start, f"measured peak {gib(peak.known_bytes):.2f} GiB is over {BUDGET_FIELD}={budget:g}")
 
 
 def _restore(trainer, start: StepStart) -> None:

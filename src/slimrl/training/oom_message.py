@@ -88,7 +88,9 @@ def explain(trainer, start, reason: str, kept: str) -> str:
     step = trainer.state.global_step + 1
     lines = [f"Training step {step} of {trainer.state.max_steps} stopped, {reason}."]
     if start.last_step_peak:
-        lines.append(f"  Measured peak of the last completed step: {gib(start.last_step_peak):.2f} GiB.")
+        lines.append(
+            f"  Memory high-water mark when the last completed step ended: {gib(start.last_step_peak):.2f} GiB."
+        )
     lines += _plan_lines(trainer)
     lines.append(f"  {kept}")
     return "\n".join(lines)

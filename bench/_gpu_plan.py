@@ -1,0 +1,79 @@
+"""slimrl's memory plan for each arm of bench/gpu_memory.py, printed beside the measured peak so that a GPU run checks
+the planner (its target: within 15% of every arm it models). Runs in the parent, in slimrl's environment.
+
+* The plan is made from what the arm ran: the model's shapes, the prompt's token count, the GRPO config, the arm's
+  checkpointing (stock: True; stock-offload: "offload"; slimrl arms: the mode and the `slimrl_*` fields the trainer
+  reported). Stock arms have no row groups or tiled MLP, so those fields are given as False where this slimrl has them.
+* Compared with `torch.cuda.max_memory_allocated`, the plan's CUDA context term (outside PyTorch's allocator) is left
+  out: `planned` is what the allocator holds at the peak; `planned_device` adds the context back, for the device's
+  used memory. On a CPU (the smoke run) the plan is the CPU plan, compared with the peak RSS as it is. The rollout
+  phase is left out: the bench's rollouts are synthetic (no decoding, no KV cache).
+* The Unsloth arm is not planned: the planner models TRL's trainers as stock and slimrl run them.
+"""
+
+from __future__ import annotations
+
+from _gpu_measure import PROMPT, grpo_fields, qwen_config
+
+STOCK_CHECKPOINTING = {"stock": True, "stock-offload": "offload", "stock-ga8": True}
+
+
+def prompt_tokens(vocab: int) -> int:
+    from slimrl.testing import tiny_tokenizer
+
+    return len(tiny_tokenizer(vocab)(PROMPT)["input_ids"])
+
+
+def _lever_fields(row: dict) -> dict:
+    from slimrl.planning import levers
+
+    if row["arm"].startswith("slimrl"):
+        return {k: v for k, v in row.get("settings", {}).items() if k.startswith("slimrl_")}
+    if not levers.available():
+        return {}
+    from slimrl.patches import row_groups_rules as rules
+
+    return {rules.ROWS_FIELD: False, rules.TILED_MLP_FIELD: False}
+
+
+def _checkpointing(row: dict):
+    if row["arm"] in STOCK_CHECKPOINTING:
+        return STOCK_CHECKPOINTING[row["arm"]]
+    return row.get("settings", {}).get("checkpointing_mode", True)
+
+
+def planned(row: dict, device_total: int | None) -> dict:
+    """The plan's figures for one GRPO row (empty for arms it does not model)."""
+    from slimrl.planning import plan
+    from slimrl.planning.terms import CUDA_CONTEXT_BYTES
+
+    if row.get("kind") != "grpo" or row["arm"] == "unsloth":
+        return {}
+    device = row.get("device_kind", "cuda")
+    vocab = qwen_config(row["model"], 4096).vocab_size
+    accumulation = 8 if row["arm"] == "stock-ga8" else 1
+    fields = grpo_fields(row["length"], row["rows"], 1, device, accumulation)
+    fields = {k: v for k, v in fields.items() if k not in ("report_to", "use_cpu")}
+    p = plan(
+        qwen_config(row["model"], max(4096, 2 * row["length"])),
+        dict(fields, **_lever_fields(row)),
+        "grpo",
+        prompt_length=prompt_tokens(vocab),
+        lora_r=16,
+        dtype="bfloat16" if device == "cuda" else "float32",
+        use_gradient_checkpointing=_checkpointing(row),
+        device=device,
+        device_memory_gb=(device_total or 80 * 1024**3) / 1024**3,
+    )
+    phases = {name: p.phase_bytes(name) for name in p.phases if name != "rollout"}
+    phase = max(phases, key=phases.get)
+    context = CUDA_CONTEXT_BYTES if device == "cuda" else 0
+    carried = max(p.phase_heap(name) for name in phases) - p.phase_heap(phase)  # CPU: heap kept from another phase
+    allocated = p.resident_bytes - context + phases[phase] + carried
+    return {
+        "planned": allocated,
+        "planned_device": allocated + context,
+        "planned_phase": phase,
+        "planned_group_rows": p.run.policy_rows,
+        "planned_terms": {t.name: t.bytes for t in [*p.resident, *p.phases[phase]]},
+    }
