@@ -22,6 +22,7 @@ __all__ = [
     "PPOTrainer",
     "SafeInterrupt",
     "plan",
+    "base_as_teacher",
     "__version__",
     # the other names Unsloth's notebooks import (docs/unsloth-names.md)
     "FastModel",
@@ -100,4 +101,8 @@ def __getattr__(name):
         from .planning import plan
 
         return plan
+    if name == "base_as_teacher":  # a LoRA student's base, adapter disabled, as its distillation teacher
+        from .models.teacher import base_as_teacher
+
+        return base_as_teacher
     raise AttributeError(f"module 'slimrl' has no attribute {name!r}")

@@ -66,6 +66,10 @@ class TrainerState:
     shared_prefix_stats: Any = None  # slimrl.patches.shared_prefix.SharedPrefixStats, once a sharing seam ran
     step_start: Any = None  # slimrl.training.oom.StepStart of the optimizer step in progress
     max_prompt_length: int | None = None  # the config's, for ORPO/CPO's tokenize_row (run before TRL sets self.args)
+    # a patched subclass (GKD, GOLD on SFTTrainer) is inside its set-up / training step: the patched parent's wrapper
+    # runs TRL's method alone, so the set-up runs once and each step records one peak
+    setting_up: bool = False
+    in_step: bool = False
 
 
 def transformers_model(model):

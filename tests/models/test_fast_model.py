@@ -1,5 +1,6 @@
 """FastModel / FastVisionModel for text models: FastLanguageModel's loader, plus Unsloth's layer switches mapped onto
-LoRA target modules as unsloth_zoo's get_peft_regex selects them; image-text models refused before any weight loads."""
+LoRA target modules as unsloth_zoo's get_peft_regex selects them; a vision model transformers cannot load as an
+image-text model refused before any weight loads (image-text models: test_fast_vision_model.py)."""
 
 import logging
 import re
@@ -104,11 +105,11 @@ def test_text_models_load_like_fastlanguagemodel(tiny_model_dir):
 
 
 @pytest.mark.parametrize("loader", [FastModel, FastVisionModel])
-def test_image_text_models_are_refused_before_loading(tmp_path, loader):
-    from transformers import Gemma3Config
+def test_unsupported_vision_models_are_refused_before_loading(tmp_path, loader):
+    from transformers import CLIPConfig
 
-    config = Gemma3Config()
-    config.architectures = ["Gemma3ForConditionalGeneration"]
+    config = CLIPConfig()
+    config.architectures = ["CLIPModel"]
     config.save_pretrained(tmp_path)  # a config and no weights: loading any would fail differently
-    with pytest.raises(NotImplementedError, match=r"Gemma3ForConditionalGeneration \(model_type 'gemma3'\)"):
+    with pytest.raises(NotImplementedError, match=r"CLIPModel \(model_type 'clip'\).*AutoModelForImageTextToText"):
         loader.from_pretrained(str(tmp_path))

@@ -43,6 +43,10 @@ SGD_LR, FULL_FT_SGD_LR = 0.1, 0.03
 def trl_classes(algorithm: str):
     import trl
 
+    if algorithm == "gmpo":  # experimental: a GRPOTrainer subclass
+        from trl.experimental.gmpo import GMPOConfig, GMPOTrainer
+
+        return GMPOConfig, GMPOTrainer
     return {"grpo": (trl.GRPOConfig, trl.GRPOTrainer), "rloo": (trl.RLOOConfig, trl.RLOOTrainer)}[algorithm]
 
 

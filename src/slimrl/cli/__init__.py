@@ -1,5 +1,5 @@
-"""The `slimrl` command: `grpo`, `ppo`, `dpo`, `orpo`, `kto` (train), `generate` / `chat` (try an adapter), `export`
-(merged / GGUF / Hub), `doctor` (environment report).
+"""The `slimrl` command: `grpo`, `ppo`, `dpo`, `orpo`, `kto`, `gkd` (train), `generate` / `chat` (try an adapter),
+`export` (merged / GGUF / Hub), `doctor` (environment report).
 
 Choices made: the executable is `slimrl.cli:run` (the busy-machine thread settings, then `main`);
 `main(argv=None) -> int` is callable in-process (tests run `main([...])`) and leaves the environment alone.
@@ -23,8 +23,12 @@ COMMANDS = {
     "arithmetic pairs: correct answer chosen, a wrong one rejected).",
     "orpo": "Train with ORPO (reference-free; TRL's experimental ORPOTrainer on slimrl's chunked loss).",
     "kto": "Train with KTO on rows labelled desirable / undesirable (built-in: the arithmetic set, unpaired).",
+    "gkd": "Distil a teacher (--teacher_adapter DIR from `slimrl grpo`, or --teacher_model) into a LoRA student "
+    "with GKD on the arithmetic task.",
     "ppo": "Train with PPO (a learned critic; every PPOConfig field is a flag; bare `slimrl ppo` trains the embedded "
     "SmolLM2-135M on the arithmetic task, its correctness reward as the score).",
+    "online-dpo": "Train with online DPO: two completions per prompt, the better by reward (or --judge) chosen (TRL's "
+    "experimental OnlineDPOTrainer on slimrl's head; bare: the arithmetic task's rewards).",
     "generate": "Answer prompt(s) with a trained adapter and with the base model (adapter disabled).",
     "chat": "Interactive `generate`: one prompt per line, empty line or EOF to quit.",
     "export": "Merge an adapter into its base (--format merged) or write a GGUF (--format gguf); --push_to_hub REPO.",
@@ -64,7 +68,7 @@ def _small_parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-TRAINING_COMMANDS = ("grpo", "ppo", "dpo", "orpo", "kto")
+TRAINING_COMMANDS = ("grpo", "ppo", "dpo", "orpo", "kto", "gkd", "online-dpo")
 
 
 def run() -> int:
@@ -126,6 +130,20 @@ def _dispatch(command: str, rest: list[str]) -> int:
 
         apply_ppo_patches()
         run_ppo(*parse_ppo_args(rest))
+        return 0
+    if command == "gkd":
+        from slimrl.cli.gkd import apply_patches as apply_gkd_patches
+        from slimrl.cli.gkd import parse_gkd_args, run_gkd
+
+        apply_gkd_patches()
+        run_gkd(*parse_gkd_args(rest))
+        return 0
+    if command == "online-dpo":
+        from slimrl.cli.online_dpo import apply_patches as apply_online_dpo_patches
+        from slimrl.cli.online_dpo import parse_args, run_online_dpo
+
+        apply_online_dpo_patches()
+        run_online_dpo(*parse_args(rest))
         return 0
     if command == "plan":
         from slimrl.cli.plan import run_plan

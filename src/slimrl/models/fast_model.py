@@ -1,15 +1,17 @@
-"""FastModel and FastVisionModel: Unsloth's other two loaders, for text models.
+"""FastModel and FastVisionModel: Unsloth's other two loaders.
 
-Both load with FastLanguageModel's loader (same arguments, same defaults) and add Unsloth's layer switches to
-get_peft_model (layer_selection.py). Image-text (and audio) models are not loaded yet: their config is read first and
-a NotImplementedError names the architecture before any weight is loaded.
+Both read the model's config first. A text model loads with FastLanguageModel's loader (same arguments, same
+defaults); an image-text model through transformers' AutoModelForImageTextToText and AutoProcessor (vision.py),
+returning `(model, processor)` as Unsloth does. get_peft_model adds Unsloth's layer switches (layer_selection.py for
+text models, vision.py for image-text ones). Audio models and image-text models transformers cannot load without
+remote code raise NotImplementedError naming the architecture before any weight is loaded.
 """
 
 from __future__ import annotations
 
 import os
 
-from . import adapters, embedded, layer_selection, lora
+from . import adapters, checkpointing, embedded, layer_selection, lora, vision
 from .fast_language_model import FastLanguageModel
 from .loading import _TOKENIZER_KWARGS  # the from_pretrained keywords that also concern config files
 
@@ -22,44 +24,42 @@ def multimodal_part(config) -> str | None:
     return None
 
 
-def refuse_multimodal(config, caller: str) -> None:
-    part = multimodal_part(config)
-    if part is not None:
-        arch = ", ".join(getattr(config, "architectures", None) or []) or type(config).__name__
-        raise NotImplementedError(
-            f"{caller}: {arch} (model_type {getattr(config, 'model_type', '?')!r}) is an image-text model with a "
-            f"{part} encoder; slimrl loads and trains text-only causal LMs for now. Use a text-only checkpoint of "
-            "the same family."
-        )
-
-
-def _check_text_only(model_name, kwargs: dict, caller: str) -> None:
-    """Read the config (a small file) and refuse an image-text model before any weight is loaded."""
+def _multimodal_config(model_name, kwargs: dict):
+    """The config (a small file) of a model with a vision or audio encoder, read before any weight; else None."""
     name = os.fspath(model_name)
     local = os.path.exists(name)
     if (embedded.is_embedded_name(name) and not local) or name.lower().endswith(".gguf"):
-        return
+        return None
     if local and adapters.is_adapter_folder(name):
-        return  # its base is loaded by FastLanguageModel, which loads causal LMs only
+        return None  # its base is loaded by FastLanguageModel, which loads causal LMs only
     from transformers import AutoConfig
 
     try:
         config = AutoConfig.from_pretrained(name, **{k: kwargs[k] for k in _TOKENIZER_KWARGS if k in kwargs})
     except (OSError, ValueError, KeyError):
-        return  # the loader says what is wrong with this source
-    refuse_multimodal(config, caller)
+        return None  # the loader says what is wrong with this source
+    return config if multimodal_part(config) is not None else None
 
 
 class FastModel(FastLanguageModel):
-    """Unsloth's FastModel for text models: FastLanguageModel plus get_peft_model's layer switches."""
+    """Unsloth's FastModel: FastLanguageModel for text models, AutoModelForImageTextToText for image-text models,
+    plus get_peft_model's layer switches."""
 
     _caller = "FastModel"
 
     @classmethod
     def from_pretrained(cls, model_name="smollm2-135m", *args, **kwargs):
-        """FastLanguageModel.from_pretrained, after refusing image-text models (NotImplementedError)."""
-        _check_text_only(model_name, kwargs, f"{cls._caller}.from_pretrained")
-        return FastLanguageModel.from_pretrained(model_name, *args, **kwargs)
+        """A text model: FastLanguageModel.from_pretrained (same arguments). An image-text model: `(model,
+        processor)` loaded by slimrl.models.vision.load_image_text_model (max_seq_length, dtype, load_in_4bit,
+        use_gradient_checkpointing, full_finetuning and transformers' keywords; fast_inference=True raises)."""
+        config = _multimodal_config(model_name, kwargs)
+        if config is None:
+            return FastLanguageModel.from_pretrained(model_name, *args, **kwargs)
+        vision.check_loadable(config, f"{cls._caller}.from_pretrained")
+        model, processor, options = vision.load_image_text_model(model_name, config, *args, **kwargs)
+        if "use_gradient_checkpointing" in options:
+            checkpointing.apply_checkpointing(model, options["use_gradient_checkpointing"])
+        return model, processor
 
     @classmethod
     def get_peft_model(
@@ -82,11 +82,24 @@ class FastModel(FastLanguageModel):
         """FastLanguageModel.get_peft_model with Unsloth's switches (slimrl.models.layer_selection):
         finetune_attention_modules / finetune_mlp_modules pick the decoder blocks' attention and MLP Linears (both on:
         FastLanguageModel's targets); finetune_language_layers=False raises, finetune_vision_layers=True or
-        finetune_audio_layers=True given on a text-only model are said in a notice (nothing to target)."""
+        finetune_audio_layers=True given on a text-only model are said in a notice (nothing to target). On an
+        image-text model (slimrl.models.vision) finetune_vision_layers / finetune_language_layers pick the vision
+        tower's and the language model's Linears (None = on, Unsloth's default)."""
         from peft import PeftModel
 
-        if not isinstance(model, PeftModel):
-            refuse_multimodal(getattr(model, "config", None), f"{cls._caller}.get_peft_model")
+        if not isinstance(model, PeftModel) and vision.is_image_text_model(model):
+            vision.check_loadable(model.config, f"{cls._caller}.get_peft_model")
+            target_modules = vision.select_image_text_targets(
+                model,
+                target_modules,
+                vision=finetune_vision_layers,
+                language=finetune_language_layers,
+                attention=finetune_attention_modules,
+                mlp=finetune_mlp_modules,
+            )
+        elif not isinstance(model, PeftModel):
+            if multimodal_part(getattr(model, "config", None)) is not None:  # an audio encoder
+                vision.check_loadable(model.config, f"{cls._caller}.get_peft_model")
             target_modules = layer_selection.select_target_modules(
                 model,
                 target_modules,
@@ -110,7 +123,6 @@ class FastModel(FastLanguageModel):
 
 
 class FastVisionModel(FastModel):
-    """Unsloth's FastVisionModel: for text models for now (the same as FastModel); image-text models raise
-    NotImplementedError naming the architecture."""
+    """Unsloth's FastVisionModel: the same as FastModel (image-text and text models)."""
 
     _caller = "FastVisionModel"

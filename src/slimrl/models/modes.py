@@ -29,8 +29,10 @@ def _configs(model):
 
 
 def attached_tokenizer(model):
+    """The tokenizer from_pretrained returned (an image-text model's: its processor's tokenizer), or None."""
     state = model_state(model, create=False)
-    return None if state is None else state.tokenizer
+    tokenizer = None if state is None else state.tokenizer
+    return getattr(tokenizer, "tokenizer", tokenizer)
 
 
 def _switch(model, training: bool):

@@ -14,13 +14,15 @@ softcapping / logit-scale config lookups, the MoE aux loss). Only memory and tim
 The non-fused path is the original forward; `functools.wraps(type(model).forward)` keeps the signature `generate`
 validates kwargs against. TRL's private helpers this module uses are listed in TRL_SYMBOLS, which the registry checks
 at patch time like any other seam.
+4. `fused_head_installed(model)`: the same head for the duration of one call only, for trainers whose TRL code never
+   installs one (experimental OnlineDPO, A2PO): the model instance keeps nothing afterwards.
 """
 
 from __future__ import annotations
 
 import functools
 import types
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 import transformers
@@ -187,3 +189,19 @@ def add_fused_lm_head(
         )
 
     model.forward = types.MethodType(_fused_forward, model)
+
+
+@contextmanager
+def fused_head_installed(model, temperature: float = 1.0, outputs: tuple[str, ...] = ("log_probs",)):
+    """While active, `model(..., labels= | shift_labels=, fused_lm_head=True)` runs slimrl's head (add_fused_lm_head);
+    on exit the instance's own `forward` entry is put back (or removed), so nothing stays on the model."""
+    missing = object()
+    own = model.__dict__.get("forward", missing)
+    add_fused_lm_head(model, temperature, False, outputs)
+    try:
+        yield model
+    finally:
+        if own is missing:
+            del model.__dict__["forward"]
+        else:
+            model.__dict__["forward"] = own

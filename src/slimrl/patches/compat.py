@@ -14,7 +14,7 @@ saying what replaced it. One table per kind; the set-up (trainer_setup.py) and t
    with a notice. 1.0 (warm up over the whole run) has no such spelling and is refused, naming what to write.
 5. Trainer keywords TRL 0.x took on the trainer and later moved to the config (`DPOTrainer(beta=..., max_length=...,
    max_prompt_length=...)`): set on the config with a notice; a different value the user set on the config raises.
-6. Algorithms TRL no longer ships: an error naming the nearest one slimrl supports.
+6. Algorithms TRL no longer ships (or slimrl does not patch): an error naming the nearest one slimrl supports.
 """
 
 from __future__ import annotations
@@ -46,18 +46,13 @@ OFFLINE_REMOVED = (
     *PAIRED_REMOVED,
 )
 WARMUP_RATIO, WARMUP_STEPS = "warmup_ratio", "warmup_steps"
-# Algorithms PatchFastRL refuses, with the nearest one it patches: TRL removed PRM, XPO, BCO and Nash-MD after 1.12;
-# online DPO and GKD are still in TRL 1.16, under trl.experimental, where they run unpatched
+# Algorithms PatchFastRL refuses, with the nearest one it patches: TRL removed PRM, XPO, BCO and Nash-MD after 1.12
 REMOVED_ALGORITHMS = {
     "prm": "TRL removed its PRM (process reward model) trainer; train a step-level scorer as a reward model "
     "(PatchFastRL('reward'))",
     "xpo": "TRL removed XPO; the nearest supported algorithm is 'dpo' (offline) or 'grpo' (online)",
     "bco": "TRL removed BCO; the nearest supported algorithm is 'kto' (unpaired desirable/undesirable data)",
     "nash_md": "TRL removed Nash-MD; the nearest supported algorithm is 'grpo' (online) or 'dpo' (offline)",
-    "online_dpo": "TRL 1.16 ships online DPO as trl.experimental.online_dpo.OnlineDPOTrainer, which slimrl does not "
-    "patch (it runs there as stock TRL); the nearest algorithm slimrl patches is 'grpo'",
-    "gkd": "TRL 1.16 ships GKD (distillation) as trl.experimental.gkd.GKDTrainer, which slimrl does not patch (it runs "
-    "there as stock TRL); the nearest algorithm slimrl patches is 'sft'",
 }
 
 

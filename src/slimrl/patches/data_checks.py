@@ -30,6 +30,11 @@ DATASET_FORMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "orpo": PREFERENCE,
     "cpo": PREFERENCE,
     "ppo": (("prompt",), ("input_ids",)),  # slimrl's own PPOTrainer (slimrl.ppo.rollout.prompt_token_ids)
+    "gkd": (("messages",), ("input_ids",)),  # TRL's DataCollatorForChatML
+    "gold": (("messages",), ("input_ids",)),
+    "distillation": (("prompt",),),
+    "online_dpo": (("prompt",),),  # experimental OnlineDPOTrainer and A2POTrainer: prompts only, rollouts on-line
+    "a2po": (("prompt",),),
 }
 
 

@@ -15,8 +15,8 @@ Patched (beyond the shared set-up of trainer_setup.py):
    (vllm_rollouts.engine_rollouts: `use_vllm` switched on for an attached engine, `vllm_sampling_params` checked and
    copied into the config, visible to the VLLMGeneration seam).
 4. `_generate_single_turn`: FastLanguageModel.for_inference / for_training around every rollout (KV cache on,
-   checkpointing off, left padding; the training flag stays as TRL has it, so dropout sampling matches stock), and
-   the max_seq_length check on the actual prompts.
+   checkpointing off, left padding; the training flag stays as TRL has it, so dropout sampling matches stock), the
+   max_seq_length check on the actual prompts, and each distinct prompt image encoded once (shared_images.py).
 5. `VLLMGeneration`: rollouts on the model's own vLLM engine when FastLanguageModel.from_pretrained
    (fast_inference=True) attached one; in server mode with `vllm_server_sync` "adapter" (or "auto" off CUDA), TRL's
    server client with the LoRA adapter handed over through the server's LoRA endpoints (vllm_server.py); TRL's class
@@ -40,7 +40,7 @@ from .rewards import check_policy, checked_rewards
 from .rollout_buffer import rollout_buffer_patches
 from .row_checks import rows_check
 from .seams import Patch
-from .shared_prefix import logprob_seam_patches
+from .shared_prefix import image_sharing, logprob_seam_patches
 from .trainer_setup import Family, SetupCall, fused_head_patch, setup_patches
 from .vllm_rollouts import VLLM_GENERATION_USES, engine_rollouts, make_vllm_generation
 
@@ -99,7 +99,8 @@ def make_generate_single_turn(original):
             # (and the RNG stream after them). Cache on and checkpointing off change no numbers, so they stay.
             model.train()
         try:
-            return original(self, prompt_ids, *args, **kwargs)
+            with image_sharing(self):  # each distinct prompt image encoded once in the prefill
+                return original(self, prompt_ids, *args, **kwargs)
         finally:
             if was_training:
                 FastLanguageModel.for_training(model)

@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import auto, cpo, dpo, grpo, kto, orpo, ppo, reward, rloo, sft
+from . import a2po, auto, cpo, distillation, dpo, gkd, gmpo, gold, grpo, kto, online_dpo, orpo, ppo, reward, rloo, sft
 from .compat import REMOVED_ALGORITHMS
 from .seams import MISSING, Patch, PatchError, check_seam, check_trl_version, own_attr, trl_version, unwrap_descriptor
 
@@ -45,6 +45,12 @@ ALGORITHMS: dict[str, list[Patch]] = {
     "orpo": orpo.PATCHES,
     "cpo": cpo.PATCHES,
     "ppo": ppo.PATCHES,
+    "gkd": gkd.PATCHES,
+    "gold": gold.PATCHES,
+    "distillation": distillation.PATCHES,
+    "online_dpo": online_dpo.PATCHES,
+    "gmpo": gmpo.PATCHES,
+    "a2po": a2po.PATCHES,
 }
 
 

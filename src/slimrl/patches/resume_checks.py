@@ -40,11 +40,13 @@ def make_train(original):
     return train
 
 
-def resume_check_patch(trainer_path: str) -> Patch:
+def resume_check_patch(trainer_path: str, params: tuple[str, ...] = ("self", "resume_from_checkpoint")) -> Patch:
+    """`params`: the leading parameters of the trainer's `train`; one that forwards `*args` to transformers' `train`
+    (A2PO's) passes its first positional argument as `resume_from_checkpoint` all the same."""
     return Patch(
         trainer_path,
         "train",
-        ("self", "resume_from_checkpoint"),
+        params,
         make_train,
         "damaged checkpoint files named on resume",
     )

@@ -21,6 +21,9 @@ The packing is slimrl.ops.shared_prefix; where and when it applies, shared_prefi
    repeated among the rows; under "auto" also a forward too small or a cost estimate above the threshold.
 5. Observable: `shared_prefix_stats(trainer)` (kept in the trainer's slimrl.state.TrainerState) counts forwarded
    positions, those TRL's forward would process, and forwards taken each way, so tests show the path was taken.
+6. Image-text models: the same contexts (and each rollout, `image_sharing`) encode each distinct image of a forward
+   once (shared_images.py); the text rows then take TRL's per-row forward (multimodal inputs are not packed).
+   `images_given` / `images_encoded` count what the vision tower was handed and what it encoded.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 
 from ..state import trainer_state, transformers_model
 from .seams import Patch
+from .shared_images import distinct_images
 from .shared_prefix_rules import AUTO, CONFIG_FIELD, auto_refusal, model_problem, too_small
 
 logger = logging.getLogger("slimrl")
@@ -51,6 +55,8 @@ class SharedPrefixStats:
     positions_forwarded: int = 0  # model positions actually forwarded (packed rows x length, or rows x columns)
     positions_per_row_path: int = 0  # what TRL's per-row path forwards for the same calls
     reasons: Counter = field(default_factory=Counter)  # fallback reason -> calls
+    images_given: int = 0  # images handed to an image-text model's vision tower (one per row that shows one)
+    images_encoded: int = 0  # images it encoded (one per distinct image where shared_images.py applies)
 
 
 def shared_prefix_stats(trainer) -> SharedPrefixStats:
@@ -188,22 +194,44 @@ def _sharing_forward(trainer, base, inner, setting):
     return forward
 
 
+def _trainer_bases(trainer) -> list:
+    models = (getattr(trainer, "model", None), getattr(trainer, "ref_model", None))
+    return [transformers_model(trainer.accelerator.unwrap_model(m)) for m in models if m is not None]
+
+
+def _count_images(trainer, given: int, encoded: int) -> None:
+    stats = shared_prefix_stats(trainer)
+    stats.images_given += given
+    stats.images_encoded += encoded
+
+
+def image_sharing(trainer):
+    """Each distinct image of the trainer's models' forwards encoded once, while active (shared_images.py)."""
+    setting = getattr(trainer.args, CONFIG_FIELD, AUTO)
+    if setting is False:
+        return contextlib.nullcontext()
+    return distinct_images(
+        _trainer_bases(trainer),
+        setting,
+        functools.partial(_count_images, trainer),
+        lambda reason: _note(trainer, f"images: {reason}", setting),
+    )
+
+
 @contextlib.contextmanager
 def sharing_forwards(trainer):
     """Wrap the fused forward of the trainer's policy and reference models (instance attribute) for the duration."""
     setting = getattr(trainer.args, CONFIG_FIELD, AUTO)
     installed = []
-    for model in (getattr(trainer, "model", None), getattr(trainer, "ref_model", None)):
-        if model is None:
-            continue
-        base = transformers_model(trainer.accelerator.unwrap_model(model))
+    for base in _trainer_bases(trainer):
         inner = base.__dict__.get("forward")  # the fused head TRL installed on the instance
         if inner is None or getattr(inner, WRAPPED_MARK, False):
             continue
         base.forward = _sharing_forward(trainer, base, inner, setting)
         installed.append((base, inner))
     try:
-        yield
+        with image_sharing(trainer):
+            yield
     finally:
         for base, inner in installed:
             base.forward = inner

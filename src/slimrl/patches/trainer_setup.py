@@ -24,7 +24,8 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them):
    included) and the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
 4. `training_step`: the memory high-water mark at the step's end (CUDA max allocated, or VmHWM on CPU; read, never
    reset: slimrl.memory) as the `peak_memory_gb` metric, in the trainer's own metric store (`_metrics`, or
-   `_stored_metrics` for the older ORPO/CPO trainers); an out-of-memory error, or a step that raises the mark over
+   `_stored_metrics` for the older ORPO/CPO trainers, `stats` for the
+   experimental OnlineDPO); an out-of-memory error, or a step that raises the mark over
    `slimrl_max_memory_gb`, stops training with the last completed step's checkpoint kept (slimrl.training.oom).
 5. `train(resume_from_checkpoint=...)`: the checkpoint checked whole first (resume_checks.py).
 """
@@ -44,7 +45,7 @@ from ..memory import gib, measure_step
 from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..notices import notice
 from ..ops.chunking import set_num_chunks, validate_num_chunks
-from ..state import AUTO_CHUNKS, config_state, model_state, user_set
+from ..state import AUTO_CHUNKS, config_state, model_state, trainer_state, user_set
 from ..training import budget, oom
 from . import distributed, precision
 from .compat import ARGUMENT_ALIASES, adapt_config_kwargs, move_trainer_kwargs, take_alias
@@ -255,16 +256,23 @@ def trainer_init_maker(family: Family):
 
         @functools.wraps(original)
         def __init__(self, *args, **kwargs):
+            state = trainer_state(self)
+            if state.setting_up:  # a patched subclass's __init__ set this call up already
+                return original(self, *args, **kwargs)
             for old, new in ARGUMENT_ALIASES:
                 if old not in signature.parameters:
                     take_alias(kwargs, old, new, type(self).__name__)
             move_trainer_kwargs(signature, args, kwargs, type(self).__name__, family)
             bound = _bind(signature, self, args, kwargs)
-            with _prepared(_setup_call(bound), family):
-                if bound is None:
-                    original(self, *args, **kwargs)
-                else:  # the arguments as slimrl adapted them
-                    original(*bound.args, **bound.kwargs)
+            state.setting_up = True
+            try:
+                with _prepared(_setup_call(bound), family):
+                    if bound is None:
+                        original(self, *args, **kwargs)
+                    else:  # the arguments as slimrl adapted them
+                        original(*bound.args, **bound.kwargs)
+            finally:
+                state.setting_up = False
             _after_init(self)
 
         return __init__
@@ -278,14 +286,23 @@ def record_metric(trainer, name: str, value: float) -> None:
         metrics["train"][name].append(value)
     elif hasattr(trainer, "_stored_metrics"):  # ORPO/CPO: averaged in their `log`
         trainer._stored_metrics["train"][name].append(value)
+    elif isinstance(getattr(trainer, "stats", None), dict):  # experimental OnlineDPO: averaged when it logs
+        trainer.stats.setdefault(name, []).append(value)
 
 
 def make_training_step(original):
     @functools.wraps(original)
     def training_step(self, *args, **kwargs):
-        output, peak = measure_step(
-            lambda: oom.guarded_step(self, lambda: original(self, *args, **kwargs)), self.accelerator.device
-        )
+        state = trainer_state(self)
+        if state.in_step:  # a patched subclass's training_step measures this step
+            return original(self, *args, **kwargs)
+        state.in_step = True
+        try:
+            output, peak = measure_step(
+                lambda: oom.guarded_step(self, lambda: original(self, *args, **kwargs)), self.accelerator.device
+            )
+        finally:
+            state.in_step = False
         record_metric(self, "peak_memory_gb", round(gib(peak.after), 4))
         oom.check_budget(self, peak)
         return output
@@ -322,6 +339,7 @@ def setup_patches(
     config_path: str,
     trainer_params: tuple[str, ...],
     step_params: tuple[str, ...] = ("self",),
+    train_params: tuple[str, ...] = ("self", "resume_from_checkpoint"),
 ) -> list[Patch]:
     """The set-up patches of one trainer: slimrl's config defaults, config `__init__` and `__post_init__`, trainer
     `__init__`, `training_step` (trainer_params / step_params: the leading parameters TRL's methods must have), and
@@ -345,5 +363,5 @@ def setup_patches(
             "model checks, chunking, checkpointing mode",
         ),
         Patch(trainer_path, "training_step", step_params, make_training_step, "peak memory metric, out-of-memory stop"),
-        resume_check_patch(trainer_path),
+        resume_check_patch(trainer_path, train_params),
     ]

@@ -107,16 +107,24 @@ def _prompt_lengths(dataset, tokenizer, limit: int) -> list[int]:
     return [len(ids) for ids in enc]
 
 
-def check_max_seq_length(model, args, train_dataset=None, processing_class=None, scan_limit: int = 100_000) -> None:
-    """The model's max_seq_length (set by FastLanguageModel) must hold the longest prompt plus the completion."""
+def check_max_seq_length(
+    model,
+    args,
+    train_dataset=None,
+    processing_class=None,
+    scan_limit: int = 100_000,
+    completion_field: str = "max_completion_length",
+) -> None:
+    """The model's max_seq_length (set by FastLanguageModel) must hold the longest prompt plus the completion
+    (`completion_field`: the config's name of the completion length, OnlineDPO's is `max_new_tokens`)."""
     max_len = getattr(model, "max_seq_length", None)
-    completion = getattr(args, "max_completion_length", None)
+    completion = getattr(args, completion_field, None)
     if not max_len or not completion:
         return
     if completion >= max_len:
         raise ValueError(
-            f"max_completion_length ({completion}) leaves no room for a prompt within the model's max_seq_length "
-            f"({max_len}). Lower max_completion_length or load the model with a larger max_seq_length."
+            f"{completion_field} ({completion}) leaves no room for a prompt within the model's max_seq_length "
+            f"({max_len}). Lower {completion_field} or load the model with a larger max_seq_length."
         )
     if train_dataset is None or processing_class is None or not hasattr(train_dataset, "select"):
         return
@@ -131,11 +139,11 @@ def check_max_seq_length(model, args, train_dataset=None, processing_class=None,
     longest = max(lengths)
     if longest + completion > max_len:
         too_long = sum(1 for n in lengths if n + completion > max_len)
+        cut_hint = "set max_prompt_length to cut them, " if hasattr(args, "max_prompt_length") else ""
         raise ValueError(
-            f"{too_long} prompt(s) in train_dataset (the longest {longest} tokens) plus max_completion_length "
+            f"{too_long} prompt(s) in train_dataset (the longest {longest} tokens) plus {completion_field} "
             f"({completion}) exceed the model's max_seq_length ({max_len}). Raise max_seq_length in "
-            "FastLanguageModel.from_pretrained, lower max_completion_length, filter the long prompts, or set "
-            "max_prompt_length to cut them."
+            f"FastLanguageModel.from_pretrained, lower {completion_field}, {cut_hint}filter the long prompts."
         )
 
 

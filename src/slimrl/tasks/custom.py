@@ -134,11 +134,13 @@ def dataset_task(
     num_eval_samples: int | None = None,
     seed: int = 42,
     accuracy_reward: str | None = None,
+    require_rewards: bool = True,
 ):
-    """A `Task` from a dataset and reward specs; every cheap check runs before the dataset is loaded."""
+    """A `Task` from a dataset and reward specs; every cheap check runs before the dataset is loaded.
+    `require_rewards=False`: no reward function is needed (a judge ranks the completions instead)."""
     from . import Task
 
-    if not reward_funcs:
+    if not reward_funcs and require_rewards:
         raise TaskError("A dataset task needs at least one --reward_funcs (dotted path, file.py:func or built-in name)")
     funcs = [load_reward_func(spec) for spec in reward_funcs]
     accuracy = load_reward_func(accuracy_reward) if accuracy_reward else None
