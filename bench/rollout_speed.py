@@ -108,7 +108,7 @@ def child_vllm(args) -> dict:
     if args.lora:
         model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16)
         _randomize_lora(model, 0)
-        model.fast_generate(_prompts(tokenizer, 1), SamplingParams(max_tokens=2))  # first hand-over + warm-up
+        model.fast_generate(_prompts(tokenizer, 1), SamplingParams(max_tokens=2), use_adapter=True)  # hand-over
         _randomize_lora(model, 1)  # an update, as after an optimizer step
         t1 = time.perf_counter()
         model.vllm_engine.sync(model)
@@ -117,9 +117,9 @@ def child_vllm(args) -> dict:
     for batch in args.batches:
         prompts = _prompts(tokenizer, batch)
         params = SamplingParams(temperature=1.0, max_tokens=args.completion, ignore_eos=True, seed=0)
-        model.fast_generate(prompts, SamplingParams(max_tokens=4, ignore_eos=True))  # warm-up
+        model.fast_generate(prompts, SamplingParams(max_tokens=4, ignore_eos=True), use_adapter=args.lora)  # warm-up
         t1 = time.perf_counter()
-        outs = model.fast_generate(prompts, params)
+        outs = model.fast_generate(prompts, params, use_adapter=args.lora)  # the LoRA arms: with the adapter
         seconds = time.perf_counter() - t1
         tokens = sum(len(o.outputs[0].token_ids) for o in outs)
         results[str(batch)] = {"tokens_per_s": round(tokens / seconds, 1), "seconds": round(seconds, 2)}

@@ -30,7 +30,8 @@ def test_every_tier_script_is_in_ci_or_said_not_to_be():
     assert scripts == set(tiers) | set(off), (
         f"list each tier script in TIERS or NOT_IN_CI: {scripts ^ set(tiers + off)}"
     )
-    assert {"default", "slow", "vllm", "distributed"} <= set(tiers)
+    assert "default" in tiers
+    assert {"default", "slow", "vllm", "distributed", "notebooks"} <= set(tiers) | set(off)
     for name in off:  # each tier left out of CI says why, on its line
         assert re.search(rf"^NOT_IN_CI=.*# .*\b{name}: \S", RUNNER.read_text(), re.M), f"no reason given for {name}"
 

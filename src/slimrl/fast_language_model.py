@@ -30,18 +30,16 @@ def check_fast_inference(load_in_4bit: bool, vllm_weight_sync: str) -> None:
     """What fast_inference=True needs, checked before any loading."""
     import torch
 
-    from .generation.vllm_engine import require_vllm, resolve_weight_sync
+    from .generation.engine_setup import check_four_bit_engine, require_vllm, resolve_weight_sync
 
     require_vllm()
     from .versions import check_vllm
 
     check_vllm()
-    resolve_weight_sync(vllm_weight_sync, "cpu")  # only for its check of the value
-    if load_in_4bit and not torch.cuda.is_available():
-        raise NotImplementedError(
-            "fast_inference=True with load_in_4bit=True needs a CUDA GPU (vLLM's bitsandbytes "
-            "path); on CPU use one of them."
-        )
+    device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    weight_sync = resolve_weight_sync(vllm_weight_sync, device_type)
+    if load_in_4bit:
+        check_four_bit_engine(weight_sync, device_type)
 
 
 class FastLanguageModel:
@@ -107,7 +105,9 @@ class FastLanguageModel:
         if "use_gradient_checkpointing" in options:
             checkpointing.apply_checkpointing(model, options["use_gradient_checkpointing"])
         if fast_inference:
-            from .generation.vllm_engine import VLLMEngine, attach_engine, check_engine_support
+            from .generation.engine_setup import check_engine_support
+            from .generation.fast_generate import attach_engine
+            from .generation.vllm_engine import VLLMEngine
 
             check_engine_support(model, model_state(model).dtype)
             engine = VLLMEngine(

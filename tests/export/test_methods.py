@@ -131,14 +131,12 @@ def test_load_lora(peft_model, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", vllm)
     monkeypatch.setitem(sys.modules, "vllm.lora", vllm.lora)
     monkeypatch.setitem(sys.modules, "vllm.lora.request", vllm.lora.request)
-    model.get_base_model().vllm_engine = types.SimpleNamespace(weight_sync="merged")
+    model.get_base_model().vllm_engine = types.SimpleNamespace(weight_sync="merged")  # the CPU default takes it too
     try:
-        with pytest.raises(ValueError, match="vllm_weight_sync='lora'"):
-            model.load_lora(str(tmp_path))
-        model.get_base_model().vllm_engine.weight_sync = "lora"
         with pytest.raises(FileNotFoundError, match="adapter_config.json"):
             model.load_lora(str(tmp_path / "none"))
         first = model.load_lora(str(tmp_path / "live"), load_tensors=True)
+        model.get_base_model().vllm_engine.weight_sync = "lora"
         second = model.load_lora(str(tmp_path / "live"))
         assert os.path.isfile(tmp_path / "live" / "adapter_config.json")
         assert first.lora_path == str(tmp_path / "live") and second.lora_int_id == first.lora_int_id + 1

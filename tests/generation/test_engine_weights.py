@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from slimrl.generation import weights
-from slimrl.generation.vllm_engine import cpu_kv_cache_bytes, resolve_weight_sync
+from slimrl.generation.engine_setup import cpu_kv_cache_bytes, resolve_weight_sync
 from slimrl.testing import tiny_llama
 
 

@@ -1,5 +1,6 @@
 """The vLLM tier (needs vLLM: `bash scripts/test_vllm.sh`): rollouts come from the current adapter, never silently
-from the base model; the trainers generate with the attached engine; vllm_sampling_params reaches vLLM.
+from the base model; fast_generate means what it means in Unsloth (base model unless a lora_request); the trainers
+generate with the attached engine; vllm_sampling_params reaches vLLM; 4-bit training weights run on a CPU engine.
 
 Exact-text comparisons run in float32 (bf16 greedy can flip numerical near-ties). Engines are in-process and
 eager (`enforce_eager=True`: a 5 s start instead of a 2-minute compile).
@@ -50,8 +51,9 @@ def _train_one_step(model, tokenizer, lr=3e-3):
 
 
 @pytest.mark.parametrize("weight_sync", ["merged", "lora"])
-def test_rollouts_come_from_the_current_adapter(weight_sync):
-    """After a step that changes the LoRA, greedy vLLM == greedy HF of the adapted model, != the base model's."""
+def test_fast_generate_serves_the_base_the_live_adapter_and_a_saved_one(weight_sync, tmp_path):
+    """Unsloth's meaning: no lora_request = the base model, load_lora(folder) = the adapter saved there (on either
+    hand-over); slimrl's use_adapter=True = the adapter as it is now. Each == greedy HF of those weights."""
     from vllm import SamplingParams
 
     model, tokenizer = FastLanguageModel.from_pretrained(
@@ -73,18 +75,23 @@ def test_rollouts_come_from_the_current_adapter(weight_sync):
     def fast(**kwargs):
         return [list(o.outputs[0].token_ids) for o in model.fast_generate(prompts, greedy, **kwargs)]
 
-    base = fast()  # a fresh adapter (B = 0) is the base model
+    base = fast()
     _train_one_step(model, tokenizer)
-    adapted_vllm = fast()
-    adapted_hf = _greedy_hf(model, tokenizer, prompts, 20)
-    assert adapted_vllm == adapted_hf
-    assert adapted_vllm != base, "the step did not change the greedy outputs: the test would prove nothing"
+    adapted = fast(use_adapter=True)
+    assert adapted == _greedy_hf(model, tokenizer, prompts, 20)
+    assert adapted != base, "the step did not change the greedy outputs: the test would prove nothing"
+    assert fast() == base, "without a lora_request fast_generate is the base model (Unsloth's meaning)"
     with model.disable_adapter():
         assert fast() == base == _greedy_hf(model, tokenizer, prompts, 20)
-    assert fast(use_adapter=False) == base
-    assert fast() == adapted_vllm
+    model.save_lora(str(tmp_path / "saved"))
+    saved = model.load_lora(str(tmp_path / "saved"))
+    assert fast(lora_request=saved) == adapted
+    _train_one_step(model, tokenizer)  # the live adapter moves on; the saved one stays what it was
+    assert fast(lora_request=saved) == adapted
+    moved = fast(use_adapter=True)
+    assert moved == _greedy_hf(model, tokenizer, prompts, 20) and moved != adapted
     syncs = model.vllm_engine.sync_count
-    fast()
+    fast(use_adapter=True)
     assert model.vllm_engine.sync_count == syncs, "nothing changed, yet the weights were handed over again"
 
 
@@ -284,3 +291,26 @@ def test_cli_grpo_fast_inference_runs_and_exits_cleanly(tiny_folder, tmp_path):
     gaps = [r["sampling/sampling_logp_difference/max"] for r in rows if "sampling/sampling_logp_difference/max" in r]
     assert len(gaps) == 2 and max(gaps) < 1e-4  # the rollouts came from the engine, with the current adapter
     assert (out / "adapter_model.safetensors").is_file()
+
+
+def test_4bit_training_weights_roll_out_on_a_cpu_engine(patched, tiny_folder):
+    """fast_inference=True with load_in_4bit=True on CPU: the engine holds the NF4 weights dequantized (pushed at
+    the first generation) plus the merged LoRA, so its sampling log-probs match the trainer's 4-bit forward."""
+    pytest.importorskip("bitsandbytes")
+    base, tokenizer = FastLanguageModel.from_pretrained(
+        tiny_folder,
+        max_seq_length=256,
+        dtype="float32",
+        load_in_4bit=True,
+        fast_inference=True,
+        gpu_memory_utilization=0.05,
+        vllm_engine_kwargs=EAGER,
+    )
+    engine = base.vllm_engine
+    assert engine.weight_sync == "merged" and "quantization" not in engine.engine_kwargs
+    model = FastLanguageModel.get_peft_model(base, r=4, random_state=5)
+    trainer = _grpo(model, tokenizer, steps=2)
+    trainer.train()
+    gaps = [h["sampling/sampling_logp_difference/max"] for h in trainer.state.log_history if "loss" in h]
+    assert len(gaps) == 2 and max(gaps) < 1e-3, gaps
+    engine.close()

@@ -81,8 +81,13 @@ def test_fast_inference_fails_before_loading_naming_the_pip_package(monkeypatch)
     # vLLM present: the other checks still come before loading
     monkeypatch.setattr(importlib.util, "find_spec", find_spec(True))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(NotImplementedError, match="load_in_4bit=True needs a CUDA GPU"):
-        FastLanguageModel.from_pretrained("anything", fast_inference=True, load_in_4bit=True)
+    # 4-bit training weights: a CPU engine takes them dense and merged, a CUDA one through bitsandbytes and LoRA
+    with pytest.raises(ValueError, match="bitsandbytes path is CUDA-only"):
+        FastLanguageModel.from_pretrained("anything", fast_inference=True, load_in_4bit=True, vllm_weight_sync="lora")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ValueError, match="cannot be merged into vLLM's 4-bit weights"):
+        FastLanguageModel.from_pretrained("anything", fast_inference=True, load_in_4bit=True, vllm_weight_sync="merged")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="vllm_weight_sync=.copy.: choose one of"):
         FastLanguageModel.from_pretrained("anything", fast_inference=True, vllm_weight_sync="copy")
 

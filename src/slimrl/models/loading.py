@@ -239,7 +239,7 @@ def _weights_source(name: str, load_in_4bit: bool, local_folder: bool, hf_kwargs
     check_local_source(name)
     if not name.lower().endswith(".gguf"):
         yield name
-    elif load_in_4bit:
+    elif load_in_4bit and not local_folder:
         logger.info("GGUF + load_in_4bit: dequantizing %s, then quantizing to NF4", name)
         temp_folder = tempfile.mkdtemp(prefix="slimrl-gguf-")
         try:
