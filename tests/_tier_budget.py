@@ -19,7 +19,7 @@ _SIBLING = (
     "one more case of a parametrized parity family, 1-2 s CPU each; the family's other cases stay in the default tier"
 )
 _LOSS = "accumulation equivalence of one more loss type, about 7 s CPU each (a run with and one without accumulation)"
-_LOSS += "; [grpo] and the bnpo case (where stock differs) stay in the default tier"
+_LOSS += "; the bnpo case (where stock differs from plain accumulation) stays in the default tier"
 _FORMATS = "the dataset formats of one more trainer, 1.5-3 s CPU per trainer; GRPO's and DPO's stay in the default tier"
 
 MOVED_TO_SLOW: dict[str, str] = {
@@ -27,7 +27,7 @@ MOVED_TO_SLOW: dict[str, str] = {
     "processes), 33 s CPU; the other bench smoke runs are slow tests too",
     **{
         f"{P}test_training_equivalence.py::test_accumulation_equivalence[{t}]": _LOSS
-        for t in ("dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo", "rloo")
+        for t in ("grpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo", "rloo")
     },
     f"{P}test_registry.py::test_import_order[False]": "11 s CPU of fresh interpreters importing TRL; slimrl imported "
     "first is also test_auto_patch.py's slimrl-first case, and TRL first ([True]) stays in the default tier",
@@ -90,6 +90,29 @@ MOVED_TO_SLOW: dict[str, str] = {
         "DPO run of the same command stays in the default tier"
         for t in ("orpo", "kto")
     },
+    **{
+        f"{P}test_row_groups.py::test_grpo_loss_types_one_row_per_group[{t}]": "one more loss type through row "
+        "groups, 1.3 s CPU each; grpo and cispo stay in the default tier"
+        for t in ("bnpo", "dr_grpo", "dapo", "sapo", "luspo", "vespo")
+    },
+    **{
+        f"{P}test_grpo_parity.py::test_targeted_combinations[{c}]": _SIBLING
+        for c in (
+            "lora-entropybonus-ga2-iters2-chunks3",
+            "full-ref-spg2-dapo-chunks3",
+            "full-ref-vespo-checkpointing-chunks1",
+        )
+    },
+    **{
+        f"{P}test_dpo_parity.py::test_dpo_matches_stock[{c}]": _SIBLING
+        for c in ("precompute-full-ga2", "hinge-lora-ga2", "precompute-lora")
+    },
+    **{
+        f"{P}test_rloo_parity.py::test_rloo_parity[{c}]": _SIBLING
+        for c in ("full-beta0-ga2-masktrunc-temp-auto", "peftmodel-refadapter-checkpointing-chunks3")
+    },
+    f"{P}test_shared_prefix.py::test_rloo_shared[full-ref-ga2-iter2]": _SIBLING,
+    f"{P}test_kto_parity.py::test_kto_matches_stock[kto-full-ga2-chunks3]": _SIBLING,
 }
 
 
