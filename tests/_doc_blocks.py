@@ -71,8 +71,7 @@ def as_a_fresh_script(monkeypatch):
     from slimrl.patches import auto
 
     monkeypatch.delenv(AUTO_PATCH_OFF, raising=False)
-    monkeypatch.setattr(auto, "_requested", False)
-    monkeypatch.setattr(auto, "_installed", None)
+    auto.HOOK.set(auto.NOT_REQUESTED)
     try:
         yield
     finally:
