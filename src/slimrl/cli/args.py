@@ -249,17 +249,29 @@ def set_cli_defaults(parser, defaults: dict) -> None:
             action.help = f"{action.help or ''} {note}".strip()
 
 
-def build_grpo_parser(prog: str = "slimrl grpo"):
-    from trl import GRPOConfig, TrlParser
+def command_parser(arguments: tuple, prog: str, summary: str, cli_defaults: dict):
+    """A training command's TrlParser over `arguments` (the last one the TRL config: every field a flag), with the
+    command's defaults (set_cli_defaults)."""
+    from trl import TrlParser
 
+    config_name = arguments[-1].__name__
     parser = TrlParser(
-        (TaskArguments, ModelArguments, OnlineSlimrlArguments, GRPOConfig),
+        arguments,
         prog=prog,
-        description="Train a model with GRPO (TRL's GRPOTrainer on slimrl's memory paths). Every "
-        "GRPOConfig field is a flag; --config run.yaml sets defaults, flags override it.",
+        description=f"{summary} Every {config_name} field is a flag; --config run.yaml sets defaults, flags "
+        "override it.",
     )
-    set_cli_defaults(parser, CLI_DEFAULTS)
+    set_cli_defaults(parser, cli_defaults)
     return parser
+
+
+def build_grpo_parser(prog: str = "slimrl grpo"):
+    from trl import GRPOConfig
+
+    arguments = (TaskArguments, ModelArguments, OnlineSlimrlArguments, GRPOConfig)
+    return command_parser(
+        arguments, prog, "Train a model with GRPO (TRL's GRPOTrainer on slimrl's memory paths).", CLI_DEFAULTS
+    )
 
 
 def parse_grpo_args(argv: list[str]):

@@ -41,20 +41,16 @@ PPO_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
 
 
 def build_ppo_parser():
-    from trl import TrlParser
-
-    from slimrl.cli.args import ModelArguments, SlimrlArguments, TaskArguments, set_cli_defaults
+    from slimrl.cli.args import ModelArguments, SlimrlArguments, TaskArguments, command_parser
     from slimrl.ppo import PPOConfig
 
-    parser = TrlParser(
-        (TaskArguments, ModelArguments, SlimrlArguments, PPOConfig),
-        prog="slimrl ppo",
-        description="Train a model with PPO (slimrl's PPOTrainer: LoRA policy, the adapter-disabled "
-        "base as reference, a value adapter + head on the same base). Every PPOConfig "
-        "field is a flag; --config run.yaml sets defaults, flags override it.",
+    summary = (
+        "Train a model with PPO (slimrl's PPOTrainer: LoRA policy, the adapter-disabled base as reference, a value "
+        "adapter + head on the same base)."
     )
-    set_cli_defaults(parser, PPO_CLI_DEFAULTS)
-    return parser
+    return command_parser(
+        (TaskArguments, ModelArguments, SlimrlArguments, PPOConfig), "slimrl ppo", summary, PPO_CLI_DEFAULTS
+    )
 
 
 def parse_ppo_args(argv: list[str]):

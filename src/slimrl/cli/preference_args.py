@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slimrl.cli.args import DataArguments, ModelArguments, SlimrlArguments, set_cli_defaults
+from slimrl.cli.args import DataArguments, ModelArguments, SlimrlArguments, command_parser
 from slimrl.cli.parsing import parsed_arguments, run_name
 from slimrl.swaps import set_field
 
@@ -55,19 +55,13 @@ def preference_config_class(algorithm: str):
 
 
 def build_preference_parser(algorithm: str):
-    from trl import TrlParser
-
     config = preference_config_class(algorithm)
-    parser = TrlParser(
-        (PreferenceTaskArguments, ModelArguments, SlimrlArguments, config),
-        prog=f"slimrl {algorithm}",
-        description=f"Train a model with {algorithm.upper()} (TRL's "
-        f"{config.__name__.removesuffix('Config')}Trainer on slimrl's memory paths). "
-        f"Every {config.__name__} field is a flag; "
-        "--config run.yaml sets defaults, flags override it.",
+    summary = (
+        f"Train a model with {algorithm.upper()} (TRL's {config.__name__.removesuffix('Config')}Trainer on slimrl's "
+        "memory paths)."
     )
-    set_cli_defaults(parser, PREFERENCE_CLI_DEFAULTS)
-    return parser
+    arguments = (PreferenceTaskArguments, ModelArguments, SlimrlArguments, config)
+    return command_parser(arguments, f"slimrl {algorithm}", summary, PREFERENCE_CLI_DEFAULTS)
 
 
 def parse_preference_args(algorithm: str, argv: list[str]):
