@@ -23,20 +23,17 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from slimrl.cli.args import DataArguments, ModelArguments, SlimrlArguments, command_parser
+from slimrl.cli.args import SHORT_RUN_DEFAULTS, DataArguments, ModelArguments, SlimrlArguments, command_parser
 
 # Measured basis: the embedded SmolLM2-135M on the arithmetic task, 2-core CPU (docs/distillation.md)
 GKD_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
+    **SHORT_RUN_DEFAULTS,
     "output_dir": ("outputs/slimrl-gkd-{task}", "{task} is replaced"),
     "learning_rate": (2e-4, "LoRA on a 135M model needs a far larger step than full fine-tuning's to move in 30 steps"),
-    "lr_scheduler_type": ("constant", "a linear decay over 30 steps would halve the average step"),
     "max_steps": (30, "minutes on a 2-core CPU"),
     "per_device_train_batch_size": (8, "8 conversations per step keep a CPU step to seconds"),
     "max_length": (256, "an arithmetic conversation fits in ~150 tokens; TRL's 1024 only pads"),
     "max_new_tokens": (16, "an answer `<answer>18</answer>` is 8 tokens; TRL's 128 multiplies generation time"),
-    "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
-    "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
-    "save_strategy": ("no", "the LoRA adapter is saved once at the end"),
 }
 BAR_KEYS = {"loss": "loss", "peak_gb": "peak_memory_gb"}
 

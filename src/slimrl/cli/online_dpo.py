@@ -21,23 +21,20 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from slimrl.cli.args import TaskArguments
+from slimrl.cli.args import SHORT_RUN_DEFAULTS, TaskArguments
 
 DEFAULT_OUTPUT_DIR = "outputs/slimrl-online-dpo-{task}"
 BAR_KEYS = {"score": "objective/scores", "margin": "rewards/margins", "kl": "objective/kl"}
 
 # OnlineDPOConfig field -> (CLI default, why). Basis: the bare command's run on the embedded SmolLM2-135M.
 ONLINE_DPO_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
+    **SHORT_RUN_DEFAULTS,
     "output_dir": (DEFAULT_OUTPUT_DIR, "{task} is replaced by the task or dataset name"),
     "learning_rate": (5e-5, "LoRA needs a far larger step than full fine-tuning's 5e-7 to move in 30 steps"),
-    "lr_scheduler_type": ("constant", "a linear decay over 30 steps would halve the average step"),
     "max_steps": (30, "a few minutes on a 2-core CPU"),
     "per_device_train_batch_size": (4, "4 prompts x 2 completions per step"),
     "max_new_tokens": (16, "an answer `<answer>18</answer>` is 8 tokens; TRL's 64 only costs generation time"),
     "max_length": (256, "prompt + answer of the arithmetic task fit in ~150 tokens"),
-    "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
-    "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
-    "save_strategy": ("no", "the LoRA adapter is saved once at the end"),
 }
 
 

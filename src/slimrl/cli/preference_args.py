@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slimrl.cli.args import DataArguments, ModelArguments, SlimrlArguments, command_parser
+from slimrl.cli.args import SHORT_RUN_DEFAULTS, DataArguments, ModelArguments, SlimrlArguments, command_parser
 from slimrl.cli.parsing import parsed_arguments, run_name
 from slimrl.swaps import set_field
 
@@ -15,18 +15,15 @@ PREFERENCE_ALGORITHMS = ("dpo", "orpo", "kto")
 # Shared CLI defaults for the preference trainers (TRL's defaults target GPUs and long runs). Measured basis: the
 # README's preference section (embedded SmolLM2-135M, built-in arithmetic preference pairs, 2-core CPU).
 PREFERENCE_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
+    **SHORT_RUN_DEFAULTS,
     "output_dir": ("outputs/slimrl-{algorithm}-{task}", "{algorithm} and {task} are replaced"),
     "learning_rate": (
         5e-5,
         "LoRA on a 135M model needs a larger step than full fine-tuning's 1e-6 to move in 30 steps",
     ),
-    "lr_scheduler_type": ("constant", "a linear decay over 30 steps would halve the average step"),
     "max_steps": (30, "a few minutes on a 2-core CPU"),
     "per_device_train_batch_size": (4, "4 pairs (KTO: 4 rows) per step keep a CPU step to seconds"),
     "max_length": (256, "prompt + answer of the arithmetic set fit in ~150 tokens; TRL's 1024 only pads"),
-    "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
-    "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
-    "save_strategy": ("no", "the LoRA adapter is saved once at the end"),
 }
 
 
