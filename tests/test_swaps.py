@@ -254,3 +254,8 @@ def test_describe_lists_class_patches_and_instance_swaps(grpo, tmp_path):
     assert "GRPOConfig.__post_init__" in config.class_level
     assert "fused LM head" in model.instance_level["forward"]
     assert "training_step" in str(described) and "instance forward" in str(described)
+    from slimrl.patches.vllm_rollouts import TRAINER_ARGS
+
+    assert "vllm_trainer_args" not in str(described)
+    with TRAINER_ARGS.bound(args):  # a run-time value off its default is listed last, with why and its value
+        assert "instance vllm_trainer_args: the trainer config" in str(slimrl.describe(trainer).parts[-1])
