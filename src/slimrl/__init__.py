@@ -10,7 +10,7 @@ patches explicitly). Importing slimrl itself imports neither TRL nor vLLM.
 
 from __future__ import annotations
 
-from .swaps import ProcessValue  # no TRL, no torch
+from .swaps import ProcessValue as _ProcessValue  # no TRL, no torch
 
 __version__ = "0.1.0"
 
@@ -42,7 +42,7 @@ _UNSLOTH_SHORTCUTS = ("PatchDPOTrainer", "PatchKTOTrainer", "is_bfloat16_support
 _SANDBOX_NAMES = ("check_python_modules", "create_locked_down_function", "execute_with_time_limit")
 
 
-_VERSIONS_CHECKED = ProcessValue("versions_checked", False, "the library versions checked at the API's first use")
+_VERSIONS_CHECKED = _ProcessValue("versions_checked", False, "the library versions checked at the API's first use")
 
 
 def _check_versions_once() -> None:
