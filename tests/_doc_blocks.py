@@ -71,12 +71,13 @@ def as_a_fresh_script(monkeypatch):
     from slimrl.patches import auto
 
     monkeypatch.delenv(AUTO_PATCH_OFF, raising=False)
-    monkeypatch.setattr(auto, "_requested", False)
-    monkeypatch.setattr(auto, "_installed", None)
+    before = auto.HOOK.get()
+    auto.HOOK.set(auto.NOT_REQUESTED)
     try:
         yield
     finally:
         auto.uninstall()  # the hook goes; tests/conftest.py's fixture unpatches the trainers
+        auto.HOOK.set(before)
 
 
 def run_blocks(page: Path, tmp_path, monkeypatch, rewrite=lambda block: block) -> tuple[int, dict]:

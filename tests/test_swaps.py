@@ -5,6 +5,8 @@
    `delattr` / `object.__setattr__`, no `__dict__[...]` write, no method (a `types.MethodType`, a lambda, a function
    of the module) assigned to an attribute, no write to a TRL config's field (`args.x = ...`,
    `training_args.x = ...`); the allow-list below names each exception and why.
+   Nor a `global` statement, a `contextvars.ContextVar` or a ContextVar's `.set(` / `.reset(` outside slimrl.swaps:
+   every module-level value slimrl writes at run time is a swaps.RunValue / ProcessValue, listed by run_values().
 2. swap / restore nest and undo exactly; adjust_default changes a default only where the user did not set it.
 3. describe() on a patched GRPO trainer lists class patches, the fused head swapped on the model and the config's
    slimrl fields.
@@ -83,6 +85,79 @@ def direct_changes(source: str) -> list[str]:
                 if owner in CONFIG_NAMES or (value is not None and _is_method_value(value, functions)):
                     found.append(ast.unparse(node))
     return found
+
+
+def run_time_globals(source: str) -> list[str]:
+    """The lines of `source` that write a module-level value outside slimrl.swaps (module docstring, point 1)."""
+    tree = ast.parse(source)
+    found, context_vars = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            found.append(ast.unparse(node))
+        elif isinstance(node, ast.Call) and "ContextVar" in (
+            getattr(node.func, "attr", None),
+            getattr(node.func, "id", None),
+        ):
+            found.append(ast.unparse(node))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
+            if "ContextVar" in ast.unparse(node.value.func):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                context_vars |= {t.id for t in targets if isinstance(t, ast.Name)}
+    for node in ast.walk(tree):
+        func = node.func if isinstance(node, ast.Call) else None
+        if isinstance(func, ast.Attribute) and func.attr in ("set", "reset") and isinstance(func.value, ast.Name):
+            if func.value.id in context_vars:
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_no_run_time_global_outside_the_swap_module():
+    found = [
+        f"{path.relative_to(PACKAGE)}: {line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "swaps.py"
+        for line in run_time_globals(path.read_text())
+    ]
+    assert found == [], "declare these as slimrl.swaps.RunValue / ProcessValue:\n" + "\n".join(found)
+
+
+def test_the_global_scan_has_teeth():
+    source = """
+import contextvars
+from contextvars import ContextVar
+_x = 0
+_var = contextvars.ContextVar("v", default=None)
+_other: ContextVar = ContextVar("w")
+def f():
+    global _x
+    _x = 1
+    token = _var.set(2)
+    _var.reset(token)
+    settings.set(3)
+"""
+    assert sorted(run_time_globals(source)) == sorted(
+        [
+            "global _x",
+            "contextvars.ContextVar('v', default=None)",
+            "ContextVar('w')",
+            "_var.set(2)",
+            "_var.reset(token)",
+        ]
+    )
+
+
+def test_run_values_are_bound_and_listed():
+    from slimrl.patches import multiturn, vllm_rollouts
+    from slimrl.sandbox import limits  # noqa: F401 (declares sandbox_deadline)
+
+    assert not multiturn.in_tool_turns() and "tool_turns" not in swaps.run_values(changed_only=True)
+    with pytest.raises(RuntimeError), vllm_rollouts.TRAINER_ARGS.bound("args"):
+        assert swaps.run_values(changed_only=True)["vllm_trainer_args"][1] == "args"
+        raise RuntimeError
+    assert vllm_rollouts.TRAINER_ARGS.get() is None and "vllm_trainer_args" not in swaps.run_values(True)
+    assert {"import_hook", "versions_checked", "tool_turns", "sandbox_deadline"} <= set(swaps.run_values())
+    with pytest.raises(ValueError, match="already declared"):
+        swaps.RunValue("tool_turns", False, "twice")
 
 
 def test_no_direct_change_outside_the_swap_module():
@@ -179,3 +254,8 @@ def test_describe_lists_class_patches_and_instance_swaps(grpo, tmp_path):
     assert "GRPOConfig.__post_init__" in config.class_level
     assert "fused LM head" in model.instance_level["forward"]
     assert "training_step" in str(described) and "instance forward" in str(described)
+    from slimrl.patches.vllm_rollouts import TRAINER_ARGS
+
+    assert "vllm_trainer_args" not in str(described)
+    with TRAINER_ARGS.bound(args):  # a run-time value off its default is listed last, with why and its value
+        assert "instance vllm_trainer_args: the trainer config" in str(slimrl.describe(trainer).parts[-1])

@@ -10,6 +10,8 @@ patches explicitly). Importing slimrl itself imports neither TRL nor vLLM.
 
 from __future__ import annotations
 
+from .swaps import ProcessValue as _ProcessValue  # no TRL, no torch
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -40,19 +42,18 @@ _UNSLOTH_SHORTCUTS = ("PatchDPOTrainer", "PatchKTOTrainer", "is_bfloat16_support
 _SANDBOX_NAMES = ("check_python_modules", "create_locked_down_function", "execute_with_time_limit")
 
 
-_checked = False
+_VERSIONS_CHECKED = _ProcessValue("versions_checked", False, "the library versions checked at the API's first use")
 
 
 def _check_versions_once() -> None:
     """At the API's first use: the library versions, then bitsandbytes imported without its start-up line."""
-    global _checked
-    if not _checked:
+    if not _VERSIONS_CHECKED.get():
         from .noise import import_bitsandbytes_quietly
         from .versions import check
 
         check()  # raises ImportError naming any library outside slimrl's supported ranges (slimrl/versions.py)
         import_bitsandbytes_quietly()  # before peft imports it (slimrl/noise.py)
-        _checked = True
+        _VERSIONS_CHECKED.set(True)
 
 
 def __getattr__(name):

@@ -3,7 +3,8 @@
 Two kinds of change reach an object slimrl does not own: the registry's class-level patches (slimrl.patches.registry:
 methods of TRL's classes, reversed by `unpatch()`) and the instance-level changes recorded by slimrl.swaps (methods
 swapped on this object, attributes added, config fields written). A PeftModel is described with the transformers
-model under it, where FastLanguageModel's changes live; a trainer with its config and models.
+model under it, where FastLanguageModel's changes live; a trainer with its config and models. The module-level
+values slimrl has set at run time (slimrl.swaps.run_values: the import hook, a bound trainer config, ...) come last.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .state import transformers_model
-from .swaps import swapped
+from .swaps import run_values, swapped
 
 
 @dataclass
@@ -49,4 +50,8 @@ def describe(obj) -> Description:
         for attribute in ("args", "model", "ref_model", "processing_class"):
             if getattr(obj, attribute, None) is not None:
                 description.parts.append(_one(getattr(obj, attribute), attribute))
+    values = run_values(changed_only=True)
+    if values:
+        instance = {name: f"{why}: {value!r}" for name, (why, value) in values.items()}
+        description.parts.append(Description("run-time values (slimrl.swaps)", instance_level=instance))
     return description

@@ -87,27 +87,20 @@ class FastModel(FastLanguageModel):
         tower's and the language model's Linears (None = on, Unsloth's default)."""
         from peft import PeftModel
 
+        switches = dict(
+            vision=finetune_vision_layers,
+            language=finetune_language_layers,
+            attention=finetune_attention_modules,
+            mlp=finetune_mlp_modules,
+        )
         if not isinstance(model, PeftModel) and vision.is_image_text_model(model):
             vision.check_loadable(model.config, f"{cls._caller}.get_peft_model")
-            target_modules = vision.select_image_text_targets(
-                model,
-                target_modules,
-                vision=finetune_vision_layers,
-                language=finetune_language_layers,
-                attention=finetune_attention_modules,
-                mlp=finetune_mlp_modules,
-            )
+            target_modules = vision.select_image_text_targets(model, target_modules, **switches)
         elif not isinstance(model, PeftModel):
             if multimodal_part(getattr(model, "config", None)) is not None:  # an audio encoder
                 vision.check_loadable(model.config, f"{cls._caller}.get_peft_model")
             target_modules = layer_selection.select_target_modules(
-                model,
-                target_modules,
-                vision=finetune_vision_layers,
-                language=finetune_language_layers,
-                attention=finetune_attention_modules,
-                mlp=finetune_mlp_modules,
-                audio=finetune_audio_layers,
+                model, target_modules, **switches, audio=finetune_audio_layers
             )
         return FastLanguageModel.get_peft_model(  # the same call, positionally: one list of LoRA arguments
             model,

@@ -7,9 +7,16 @@
                                        the one way slimrl changes a config default: only where the user did not set
                                        the field (the one test: slimrl.state.user_set), else nothing; True if changed
   swapped(obj)                         name -> why, for `slimrl.describe` (which adds the registry's class patches)
+  RunValue(name, default, why)         a module-level value set while a call runs (a ContextVar): `.get()`,
+                                       `with value.bound(x):` (set, then reset on the way out)
+  ProcessValue(name, default, why)     a module-level value set once for the process (the import hook, the version
+                                       check): `.get()`, `.set(x)`
+  run_values()                         name -> (why, current value) of every one of the two above, for `describe`
 
 The registry's class-level patches (slimrl.patches.registry) are the only other way slimrl changes a foreign object;
-tests/test_swaps.py finds no other `setattr`, `types.MethodType` or method assignment on a foreign object in src/.
+tests/test_swaps.py finds no other `setattr`, `types.MethodType` or method assignment on a foreign object in src/,
+and no `global` statement, `ContextVar` or ContextVar `.set(` outside this module: every module-level value slimrl
+writes at run time is one of the RunValue / ProcessValue objects, listed by `run_values()`.
 
 Choices:
 - The record is a dict on the object itself (slimrl.state.swap_records), so it travels with `copy.deepcopy` and goes
@@ -20,6 +27,8 @@ Choices:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,3 +90,55 @@ def swapped(obj) -> dict[str, str]:
     """name -> why of every recorded change on `obj` (nested swaps of one name joined, first to last)."""
     records = swap_records(obj, create=False) or {}
     return {name: "; then ".join(record.why for record in stack) for name, stack in records.items()}
+
+
+_RUN_VALUES: dict[str, RunValue | ProcessValue] = {}  # every module-level value slimrl writes at run time
+
+
+class RunValue:
+    """A module-level value set for the duration of a call (a ContextVar: each thread and task sees its own)."""
+
+    def __init__(self, name: str, default, why: str):
+        if name in _RUN_VALUES:
+            raise ValueError(f"a run-time value named {name!r} is already declared")
+        self.name, self.default, self.why = name, default, why
+        self._var = contextvars.ContextVar(f"slimrl_{name}", default=default)
+        _RUN_VALUES[name] = self
+
+    def get(self):
+        return self._var.get()
+
+    @contextlib.contextmanager
+    def bound(self, value):
+        """`value` while the body runs, the value before it afterwards (exception or not)."""
+        token = self._var.set(value)
+        try:
+            yield value
+        finally:
+            self._var.reset(token)
+
+
+class ProcessValue:
+    """A module-level value set for the rest of the process (every thread sees it)."""
+
+    def __init__(self, name: str, default, why: str):
+        if name in _RUN_VALUES:
+            raise ValueError(f"a run-time value named {name!r} is already declared")
+        self.name, self.default, self.why = name, default, why
+        self._value = default
+        _RUN_VALUES[name] = self
+
+    def get(self):
+        return self._value
+
+    def set(self, value) -> None:
+        self._value = value
+
+
+def run_values(changed_only: bool = False) -> dict[str, tuple[str, Any]]:
+    """name -> (why, current value) of every declared run-time value (only those off their default if asked)."""
+    return {
+        name: (value.why, value.get())
+        for name, value in _RUN_VALUES.items()
+        if not changed_only or value.get() is not value.default
+    }

@@ -31,6 +31,18 @@ def test_top_level_help_lists_commands(capsys):
     assert main(["nope"]) == 2
 
 
+@pytest.mark.parametrize("command", ["ppo", "online-dpo"])
+def test_every_training_command_reaches_its_parser_through_main(command, capsys, restore_trl):
+    from slimrl.cli import TRAINING_COMMANDS
+
+    assert set(TRAINING_COMMANDS) == {"grpo", "ppo", "gkd", "online-dpo"}  # dpo/orpo/kto: one parser for the three
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"slimrl {command}" in out and "--config run.yaml sets defaults" in out and "[slimrl CLI default" in out
+
+
 def test_grpo_help_shows_every_flag_with_its_default(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["grpo", "--help"])

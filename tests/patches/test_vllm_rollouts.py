@@ -89,7 +89,7 @@ def test_config_turns_use_vllm_on_for_an_engine_unless_the_user_said_no(caplog):
     model = type("M", (), {"vllm_engine": _engine()})()
     args = _Config()
     with vllm_rollouts.engine_rollouts(model, args):
-        assert vllm_rollouts._TRAINER_ARGS.get() is args
+        assert vllm_rollouts.TRAINER_ARGS.get() is args
     assert args.use_vllm and config_state(args).sleep_between_rollouts and config_state(args).sampling_overrides == {}
     args = _Config(use_vllm=False)
     with pytest.warns(UserWarning, match="use_vllm=False: the model's vLLM engine"):

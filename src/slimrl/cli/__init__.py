@@ -115,35 +115,30 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
 
+# `slimrl <command>` -> (its module under slimrl.cli, the parse function, the run function); the module's
+# apply_patches() runs before parsing: the patched config resolves bf16/fp16 for this device
+TRAINING_COMMANDS = {
+    "grpo": ("grpo", "slimrl.cli.args:parse_grpo_args", "run_grpo"),
+    "ppo": ("ppo", "parse_ppo_args", "run_ppo"),
+    "gkd": ("gkd", "parse_gkd_args", "run_gkd"),
+    "online-dpo": ("online_dpo", "parse_args", "run_online_dpo"),
+}
+
+
+def _train(command: str, rest: list[str]) -> None:
+    import importlib
+
+    module_name, parse_name, run_name = TRAINING_COMMANDS[command]
+    module = importlib.import_module(f"slimrl.cli.{module_name}")
+    parse_module, _, parse_name = parse_name.rpartition(":")
+    parse = getattr(importlib.import_module(parse_module) if parse_module else module, parse_name)
+    module.apply_patches()
+    getattr(module, run_name)(*parse(rest))
+
+
 def _dispatch(command: str, rest: list[str]) -> int:
-    if command == "grpo":
-        from slimrl.cli.args import parse_grpo_args
-        from slimrl.cli.grpo import apply_patches, run_grpo
-
-        apply_patches()  # before parsing: the patched GRPOConfig resolves bf16/fp16 for this device
-        task_args, model_args, training_args = parse_grpo_args(rest)
-        run_grpo(task_args, model_args, training_args)
-        return 0
-    if command == "ppo":
-        from slimrl.cli.ppo import apply_patches as apply_ppo_patches
-        from slimrl.cli.ppo import parse_ppo_args, run_ppo
-
-        apply_ppo_patches()
-        run_ppo(*parse_ppo_args(rest))
-        return 0
-    if command == "gkd":
-        from slimrl.cli.gkd import apply_patches as apply_gkd_patches
-        from slimrl.cli.gkd import parse_gkd_args, run_gkd
-
-        apply_gkd_patches()
-        run_gkd(*parse_gkd_args(rest))
-        return 0
-    if command == "online-dpo":
-        from slimrl.cli.online_dpo import apply_patches as apply_online_dpo_patches
-        from slimrl.cli.online_dpo import parse_args, run_online_dpo
-
-        apply_online_dpo_patches()
-        run_online_dpo(*parse_args(rest))
+    if command in TRAINING_COMMANDS:
+        _train(command, rest)
         return 0
     if command == "plan":
         from slimrl.cli.plan import run_plan

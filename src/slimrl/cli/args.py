@@ -22,12 +22,20 @@ from slimrl.tasks.arithmetic import DEFAULTS as ARITHMETIC  # noqa: E402  (light
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_OUTPUT_DIR = "outputs/slimrl-grpo-{task}"
 
+# The defaults every training command shares: a short LoRA run of a small model on a CPU
+SHORT_RUN_DEFAULTS: dict[str, tuple[object, str]] = {
+    "lr_scheduler_type": ("constant", "a linear decay over a short run would halve the average step"),
+    "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
+    "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
+    "save_strategy": ("no", "the LoRA adapter is saved once at the end"),
+}
+
 # GRPOConfig field -> (CLI default, why). Measured basis: the README's "Measured" table for `slimrl grpo` (30 steps
 # of 2 prompts x 8 generations, 16 new tokens, LoRA r=16, lr 2e-4 on the arithmetic task, 2 CPU cores).
 CLI_DEFAULTS: dict[str, tuple[object, str]] = {
+    **SHORT_RUN_DEFAULTS,
     "output_dir": (DEFAULT_OUTPUT_DIR, "{task} is replaced by the task or dataset name"),
     "learning_rate": (2e-4, "LoRA needs a far larger step than full fine-tuning's 1e-6 to move in 30 steps"),
-    "lr_scheduler_type": ("constant", "a linear decay over 30 steps would halve the average step"),
     "max_steps": (30, "~6-10 minutes on a 2-core CPU with the other defaults"),
     "per_device_train_batch_size": (8, "TRL's value, kept explicit: 8 completions per micro-batch"),
     "gradient_accumulation_steps": (2, "2 micro-batches = one generation batch of 2 prompts x 8 completions"),
@@ -36,10 +44,7 @@ CLI_DEFAULTS: dict[str, tuple[object, str]] = {
         16,
         "an answer `<answer>18</answer>` is 8 tokens; TRL's 512 lets rambling samples multiply generation time",
     ),
-    "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
     "beta": (0.04, "a small KL penalty so KL is measured and shown; costs one no-grad adapter-off forward per batch"),
-    "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
-    "save_strategy": ("no", "the LoRA adapter is saved once at the end (checkpoints of a 25-step run are waste)"),
 }
 
 
@@ -249,17 +254,29 @@ def set_cli_defaults(parser, defaults: dict) -> None:
             action.help = f"{action.help or ''} {note}".strip()
 
 
-def build_grpo_parser(prog: str = "slimrl grpo"):
-    from trl import GRPOConfig, TrlParser
+def command_parser(arguments: tuple, prog: str, summary: str, cli_defaults: dict):
+    """A training command's TrlParser over `arguments` (the last one the TRL config: every field a flag), with the
+    command's defaults (set_cli_defaults)."""
+    from trl import TrlParser
 
+    config_name = arguments[-1].__name__
     parser = TrlParser(
-        (TaskArguments, ModelArguments, OnlineSlimrlArguments, GRPOConfig),
+        arguments,
         prog=prog,
-        description="Train a model with GRPO (TRL's GRPOTrainer on slimrl's memory paths). Every "
-        "GRPOConfig field is a flag; --config run.yaml sets defaults, flags override it.",
+        description=f"{summary} Every {config_name} field is a flag; --config run.yaml sets defaults, flags "
+        "override it.",
     )
-    set_cli_defaults(parser, CLI_DEFAULTS)
+    set_cli_defaults(parser, cli_defaults)
     return parser
+
+
+def build_grpo_parser(prog: str = "slimrl grpo"):
+    from trl import GRPOConfig
+
+    arguments = (TaskArguments, ModelArguments, OnlineSlimrlArguments, GRPOConfig)
+    return command_parser(
+        arguments, prog, "Train a model with GRPO (TRL's GRPOTrainer on slimrl's memory paths).", CLI_DEFAULTS
+    )
 
 
 def parse_grpo_args(argv: list[str]):

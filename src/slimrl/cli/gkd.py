@@ -23,27 +23,17 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from slimrl.cli.args import DataArguments, ModelArguments, SlimrlArguments, set_cli_defaults
-from slimrl.cli.parsing import (
-    apply_slimrl_arguments,
-    follow_model_checkpointing,
-    mark_user_fields,
-    parse_with_config,
-    resolve_eval_samples,
-)
+from slimrl.cli.args import SHORT_RUN_DEFAULTS, DataArguments, ModelArguments, SlimrlArguments, command_parser
 
 # Measured basis: the embedded SmolLM2-135M on the arithmetic task, 2-core CPU (docs/distillation.md)
 GKD_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
+    **SHORT_RUN_DEFAULTS,
     "output_dir": ("outputs/slimrl-gkd-{task}", "{task} is replaced"),
     "learning_rate": (2e-4, "LoRA on a 135M model needs a far larger step than full fine-tuning's to move in 30 steps"),
-    "lr_scheduler_type": ("constant", "a linear decay over 30 steps would halve the average step"),
     "max_steps": (30, "minutes on a 2-core CPU"),
     "per_device_train_batch_size": (8, "8 conversations per step keep a CPU step to seconds"),
     "max_length": (256, "an arithmetic conversation fits in ~150 tokens; TRL's 1024 only pads"),
     "max_new_tokens": (16, "an answer `<answer>18</answer>` is 8 tokens; TRL's 128 multiplies generation time"),
-    "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
-    "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
-    "save_strategy": ("no", "the LoRA adapter is saved once at the end"),
 }
 BAR_KEYS = {"loss": "loss", "peak_gb": "peak_memory_gb"}
 
@@ -76,17 +66,11 @@ def apply_patches() -> None:
 
 
 def build_gkd_parser():
-    from trl import TrlParser
     from trl.experimental.gkd import GKDConfig
 
-    parser = TrlParser(
-        (DistillTaskArguments, ModelArguments, SlimrlArguments, GKDConfig),
-        prog="slimrl gkd",
-        description="Distil a teacher into a LoRA student with GKD (TRL's experimental GKDTrainer on slimrl's memory "
-        "paths). Every GKDConfig field is a flag; --config run.yaml sets defaults, flags override it.",
-    )
-    set_cli_defaults(parser, GKD_CLI_DEFAULTS)
-    return parser
+    summary = "Distil a teacher into a LoRA student with GKD (TRL's experimental GKDTrainer on slimrl's memory paths)."
+    arguments = (DistillTaskArguments, ModelArguments, SlimrlArguments, GKDConfig)
+    return command_parser(arguments, "slimrl gkd", summary, GKD_CLI_DEFAULTS)
 
 
 def check_task_args(task_args, model_args) -> None:
@@ -108,21 +92,11 @@ def check_task_args(task_args, model_args) -> None:
 
 
 def parse_gkd_args(argv: list[str]):
-    """(task_args, model_args, training_args) for `slimrl gkd`."""
-    task_args, model_args, slimrl_args, training_args = parse_with_config(build_gkd_parser(), argv)
+    """(task_args, model_args, training_args) for `slimrl gkd` (grpo's conventions: cli/args.py)."""
+    from slimrl.cli.args import parse_online_args
+
+    task_args, model_args, training_args = parse_online_args(build_gkd_parser(), argv)
     check_task_args(task_args, model_args)
-    apply_slimrl_arguments(training_args, slimrl_args)
-    resolve_eval_samples(task_args, training_args.max_steps)
-    mark_user_fields(training_args, list(argv))
-    follow_model_checkpointing(model_args, training_args)
-    if model_args.dtype == "auto":
-        model_args.dtype = None
-    from slimrl.swaps import set_field
-
-    set_field(training_args, "output_dir", str(training_args.output_dir).replace("{task}", task_args.task), "{task}")
-    from slimrl.cli.run_control import apply_run_flags
-
-    apply_run_flags("gkd", list(argv), task_args, training_args)
     return task_args, model_args, training_args
 
 
@@ -164,13 +138,9 @@ def distill_panels(rows: list[dict]) -> list[tuple[str, list[str]]]:
 
 
 def run_gkd(task_args, model_args, training_args) -> dict:
-    from transformers.trainer_callback import ProgressCallback
     from trl.experimental.gkd import GKDTrainer
 
-    from slimrl.cli.callbacks import JsonlMetricsCallback, ProgressBarCallback
-    from slimrl.cli.modeling import add_lora, load_base
-    from slimrl.cli.run_control import train
-    from slimrl.cli.training_run import evaluate_task
+    from slimrl.cli.training_run import RunSpec, evaluate_task, run_training
 
     wall0 = time.perf_counter()
     task = build_distill_task(task_args, training_args.seed)
@@ -178,52 +148,28 @@ def run_gkd(task_args, model_args, training_args) -> dict:
     os.makedirs(out, exist_ok=True)
     print(f"[slimrl] gkd on {task.name}: {len(task.train_dataset)} train rows; output_dir {out}", flush=True)
     teacher, teacher_name = load_teacher(task_args, model_args)
-    model, tokenizer = load_base(
-        model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype, model_args.load_in_4bit
-    )
-    model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
     max_new_tokens = training_args.max_new_tokens
-    teacher_eval = evaluate_task(teacher, tokenizer, task, task_args, max_new_tokens, "of the teacher")
-    before = evaluate_task(model, tokenizer, task, task_args, max_new_tokens, "before")
+    evals = {}
 
-    trainer = GKDTrainer(
-        model=model,
-        teacher_model=teacher,
-        args=training_args,
-        train_dataset=task.train_dataset,
-        processing_class=tokenizer,
-        callbacks=[JsonlMetricsCallback(os.path.join(out, "metrics.jsonl"))],
-    )
-    if not training_args.disable_tqdm and any(
-        isinstance(c, ProgressCallback) for c in trainer.callback_handler.callbacks
-    ):
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(ProgressBarCallback(f"GKD {task.name}", BAR_KEYS))
-    train_t0 = time.perf_counter()
-    train(trainer, training_args, task_args)  # --resume, Ctrl-C/SIGTERM checkpoint and exit, out-of-memory stop
-    train_seconds = time.perf_counter() - train_t0
-    trainer.save_model(out)
+    def make_trainer(model, tokenizer, callbacks):
+        evals["teacher"] = evaluate_task(teacher, tokenizer, task, task_args, max_new_tokens, "of the teacher")
+        return GKDTrainer(
+            model=model,
+            teacher_model=teacher,
+            args=training_args,
+            train_dataset=task.train_dataset,
+            processing_class=tokenizer,
+            callbacks=callbacks,
+        )
 
-    after = evaluate_task(trainer.model, tokenizer, task, task_args, max_new_tokens, "after")
-    run_info = {
-        "model_name_or_path": model_args.model_name_or_path,
-        "dtype": model_args.dtype,
-        "algorithm": "gkd",
-        "teacher": teacher_name,
-        "task": task.name,
-        "task_info": task.info,
-        "seed": training_args.seed,
-    }
-    evals = (before, after, teacher_eval)
-    return write_outputs(out, run_info, evals, train_seconds, wall0, training_args.max_steps, task_args.plot)
+    run_info = {"algorithm": "gkd", "teacher": teacher_name}
+    spec = RunSpec(make_trainer, f"GKD {task.name}", max_new_tokens, run_info, BAR_KEYS, distill_panels)
+    summary = run_training(task, spec, task_args, model_args, training_args, wall0)
+    return add_teacher_eval(out, summary, evals["teacher"])
 
 
-def write_outputs(out: str, run_info: dict, evals, train_seconds: float, wall0: float, max_steps: int, plot: bool):
-    """`slimrl grpo`'s outputs, and the teacher's accuracy in `eval.json`."""
-    from slimrl.cli.training_run import write_run_outputs
-
-    before, after, teacher_eval = evals
-    summary = write_run_outputs(out, run_info, before, after, train_seconds, wall0, max_steps, plot, distill_panels)
+def add_teacher_eval(out: str, summary: dict, teacher_eval) -> dict:
+    """The teacher's accuracy on the same prompts added to `eval.json`: the target the student moves toward."""
     if teacher_eval is not None:
         summary["accuracy_teacher"], summary["eval_teacher"] = teacher_eval["accuracy"], teacher_eval
         with open(os.path.join(out, "eval.json"), "w") as f:

@@ -27,7 +27,8 @@ def apply_patches() -> None:
     PatchFastRL("grpo", FastLanguageModel)
 
 
-def build_task(task_args, seed: int):
+def build_task(task_args, seed: int, require_rewards: bool = True):
+    """The built-in task, or the `--dataset_name` task (`require_rewards=False`: ranked by a judge instead)."""
     from slimrl.tasks import get_builtin_task
     from slimrl.tasks.custom import dataset_task
 
@@ -43,6 +44,7 @@ def build_task(task_args, seed: int):
             task_args.num_eval_samples,
             seed,
             task_args.accuracy_reward,
+            require_rewards=require_rewards,
         )
     if task_args.reward_funcs:
         raise ValueError("--reward_funcs applies to --dataset_name; built-in tasks bring their own rewards")

@@ -21,23 +21,20 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from slimrl.cli.args import TaskArguments
+from slimrl.cli.args import SHORT_RUN_DEFAULTS, TaskArguments
 
 DEFAULT_OUTPUT_DIR = "outputs/slimrl-online-dpo-{task}"
 BAR_KEYS = {"score": "objective/scores", "margin": "rewards/margins", "kl": "objective/kl"}
 
 # OnlineDPOConfig field -> (CLI default, why). Basis: the bare command's run on the embedded SmolLM2-135M.
 ONLINE_DPO_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
+    **SHORT_RUN_DEFAULTS,
     "output_dir": (DEFAULT_OUTPUT_DIR, "{task} is replaced by the task or dataset name"),
     "learning_rate": (5e-5, "LoRA needs a far larger step than full fine-tuning's 5e-7 to move in 30 steps"),
-    "lr_scheduler_type": ("constant", "a linear decay over 30 steps would halve the average step"),
     "max_steps": (30, "a few minutes on a 2-core CPU"),
     "per_device_train_batch_size": (4, "4 prompts x 2 completions per step"),
     "max_new_tokens": (16, "an answer `<answer>18</answer>` is 8 tokens; TRL's 64 only costs generation time"),
     "max_length": (256, "prompt + answer of the arithmetic task fit in ~150 tokens"),
-    "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
-    "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
-    "save_strategy": ("no", "the LoRA adapter is saved once at the end"),
 }
 
 
@@ -54,20 +51,16 @@ class OnlineDPOTaskArguments(TaskArguments):
 
 
 def build_parser():
-    from trl import TrlParser
     from trl.experimental.online_dpo import OnlineDPOConfig
 
-    from slimrl.cli.args import ModelArguments, OnlineSlimrlArguments, set_cli_defaults
+    from slimrl.cli.args import ModelArguments, OnlineSlimrlArguments, command_parser
 
-    parser = TrlParser(
-        (OnlineDPOTaskArguments, ModelArguments, OnlineSlimrlArguments, OnlineDPOConfig),
-        prog="slimrl online-dpo",
-        description="Train a model with online DPO (TRL's experimental OnlineDPOTrainer on slimrl's memory paths): "
-        "two completions per prompt, the better by reward or judge chosen. Every OnlineDPOConfig field is a flag; "
-        "--config run.yaml sets defaults, flags override it.",
+    summary = (
+        "Train a model with online DPO (TRL's experimental OnlineDPOTrainer on slimrl's memory paths): two "
+        "completions per prompt, the better by reward or judge chosen."
     )
-    set_cli_defaults(parser, ONLINE_DPO_CLI_DEFAULTS)
-    return parser
+    arguments = (OnlineDPOTaskArguments, ModelArguments, OnlineSlimrlArguments, OnlineDPOConfig)
+    return command_parser(arguments, "slimrl online-dpo", summary, ONLINE_DPO_CLI_DEFAULTS)
 
 
 def parse_args(argv: list[str]):
@@ -103,23 +96,8 @@ def online_dpo_panels(rows: list[dict]) -> list[tuple[str, list[str]]]:
 def build_online_task(task_args, seed: int):
     """grpo's task; a dataset ranked by a judge needs no reward function."""
     from slimrl.cli.grpo import build_task
-    from slimrl.tasks.custom import dataset_task
 
-    if not (task_args.judge and task_args.dataset_name):
-        return build_task(task_args, seed)
-    return dataset_task(
-        task_args.dataset_name,
-        [],
-        task_args.dataset_config,
-        task_args.prompt_column,
-        task_args.dataset_train_split,
-        task_args.dataset_test_split,
-        task_args.num_train_samples,
-        task_args.num_eval_samples,
-        seed,
-        task_args.accuracy_reward,
-        require_rewards=False,
-    )
+    return build_task(task_args, seed, require_rewards=not task_args.judge)
 
 
 def ranking(task, task_args) -> tuple[list, str]:
@@ -134,13 +112,9 @@ def ranking(task, task_args) -> tuple[list, str]:
 
 
 def run_online_dpo(task_args, model_args, training_args) -> dict:
-    from transformers.trainer_callback import ProgressCallback
     from trl.experimental.online_dpo import OnlineDPOTrainer
 
-    from slimrl.cli.callbacks import JsonlMetricsCallback, ProgressBarCallback
-    from slimrl.cli.modeling import add_lora, load_base
-    from slimrl.cli.run_control import train
-    from slimrl.cli.training_run import evaluate_task, write_run_outputs
+    from slimrl.cli.training_run import RunSpec, run_training
 
     wall0 = time.perf_counter()
     task = build_online_task(task_args, training_args.seed)
@@ -151,38 +125,18 @@ def run_online_dpo(task_args, model_args, training_args) -> dict:
         f"[slimrl] online-dpo on {task.name}: {len(task.train_dataset)} train prompts, {ranked_by}; output_dir {out}",
         flush=True,
     )
-    model, tokenizer = load_base(
-        model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype, model_args.load_in_4bit
-    )
-    model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
-    before = evaluate_task(model, tokenizer, task, task_args, training_args.max_new_tokens, "before")
-    trainer = OnlineDPOTrainer(
-        model=model,
-        reward_funcs=rewards,
-        args=training_args,
-        train_dataset=task.train_dataset,
-        processing_class=tokenizer,
-        callbacks=[JsonlMetricsCallback(os.path.join(out, "metrics.jsonl"))],
-    )
-    bars = [c for c in trainer.callback_handler.callbacks if isinstance(c, ProgressCallback)]
-    if not training_args.disable_tqdm and bars:
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(ProgressBarCallback(f"online DPO {task.name}", BAR_KEYS))
-    train_t0 = time.perf_counter()
-    train(trainer, training_args, task_args)  # --resume, Ctrl-C/SIGTERM checkpoint and exit, out-of-memory stop
-    train_seconds = time.perf_counter() - train_t0
-    trainer.save_model(out)
-    after = evaluate_task(trainer.model, tokenizer, task, task_args, training_args.max_new_tokens, "after")
-    run_info = {
-        "model_name_or_path": model_args.model_name_or_path,
-        "dtype": model_args.dtype,
-        "algorithm": "online_dpo",
-        "task": task.name if not task_args.dataset_name else None,
-        "task_info": task.info,
-        "ranked_by": ranked_by,
-        "max_completion_length": training_args.max_new_tokens,
-        "seed": training_args.seed,
-    }
-    return write_run_outputs(
-        out, run_info, before, after, train_seconds, wall0, training_args.max_steps, task_args.plot, online_dpo_panels
-    )
+
+    def make_trainer(model, tokenizer, callbacks):
+        return OnlineDPOTrainer(
+            model=model,
+            reward_funcs=rewards,
+            args=training_args,
+            train_dataset=task.train_dataset,
+            processing_class=tokenizer,
+            callbacks=callbacks,
+        )
+
+    max_new_tokens = training_args.max_new_tokens
+    run_info = {"algorithm": "online_dpo", "ranked_by": ranked_by, "max_completion_length": max_new_tokens}
+    spec = RunSpec(make_trainer, f"online DPO {task.name}", max_new_tokens, run_info, BAR_KEYS, online_dpo_panels)
+    return run_training(task, spec, task_args, model_args, training_args, wall0)

@@ -20,41 +20,36 @@ from __future__ import annotations
 import os
 import time
 
+from slimrl.cli.args import SHORT_RUN_DEFAULTS
+
 DEFAULT_OUTPUT_DIR = "outputs/slimrl-ppo-{task}"
 PPO_BAR_KEYS = {"score": "objective/scores", "kl": "objective/kl", "value": "loss/value_avg"}
 
 # PPOConfig field -> (CLI default, why). Basis: the runs in README.md, "PPO" (embedded SmolLM2-135M, arithmetic task).
 PPO_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
+    **SHORT_RUN_DEFAULTS,
     "output_dir": (DEFAULT_OUTPUT_DIR, "{task} is replaced by the task or dataset name"),
     "learning_rate": (1e-4, "LoRA needs a far larger step than full fine-tuning's to move in a few dozen steps"),
-    "lr_scheduler_type": ("constant", "a linear decay over a short run would halve the average step"),
     "max_steps": (40, "20 rollouts of 16 prompts x 2 PPO epochs"),
     "per_device_train_batch_size": (8, "8 rows per forward/backward"),
     "gradient_accumulation_steps": (2, "one optimizer step = 16 rows = one rollout (num_mini_batches 1)"),
     "num_ppo_epochs": (2, "two passes per rollout; TRL's 4 doubles the training time per rollout on a CPU"),
     "response_length": (16, "an answer `<answer>18</answer>` is 8 tokens; longer samples only cost generation time"),
     "stop_token": ("eos", "responses end at the chat turn's end token (TRL's None runs every response to the limit)"),
-    "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
-    "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
-    "save_strategy": ("no", "the LoRA adapter is saved once at the end"),
 }
 
 
 def build_ppo_parser():
-    from trl import TrlParser
-
-    from slimrl.cli.args import ModelArguments, SlimrlArguments, TaskArguments, set_cli_defaults
+    from slimrl.cli.args import ModelArguments, SlimrlArguments, TaskArguments, command_parser
     from slimrl.ppo import PPOConfig
 
-    parser = TrlParser(
-        (TaskArguments, ModelArguments, SlimrlArguments, PPOConfig),
-        prog="slimrl ppo",
-        description="Train a model with PPO (slimrl's PPOTrainer: LoRA policy, the adapter-disabled "
-        "base as reference, a value adapter + head on the same base). Every PPOConfig "
-        "field is a flag; --config run.yaml sets defaults, flags override it.",
+    summary = (
+        "Train a model with PPO (slimrl's PPOTrainer: LoRA policy, the adapter-disabled base as reference, a value "
+        "adapter + head on the same base)."
     )
-    set_cli_defaults(parser, PPO_CLI_DEFAULTS)
-    return parser
+    return command_parser(
+        (TaskArguments, ModelArguments, SlimrlArguments, PPOConfig), "slimrl ppo", summary, PPO_CLI_DEFAULTS
+    )
 
 
 def parse_ppo_args(argv: list[str]):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slimrl.cli.args import DataArguments, ModelArguments, SlimrlArguments, set_cli_defaults
+from slimrl.cli.args import SHORT_RUN_DEFAULTS, DataArguments, ModelArguments, SlimrlArguments, command_parser
 from slimrl.cli.parsing import parsed_arguments, run_name
 from slimrl.swaps import set_field
 
@@ -15,18 +15,15 @@ PREFERENCE_ALGORITHMS = ("dpo", "orpo", "kto")
 # Shared CLI defaults for the preference trainers (TRL's defaults target GPUs and long runs). Measured basis: the
 # README's preference section (embedded SmolLM2-135M, built-in arithmetic preference pairs, 2-core CPU).
 PREFERENCE_CLI_DEFAULTS: dict[str, tuple[object, str]] = {
+    **SHORT_RUN_DEFAULTS,
     "output_dir": ("outputs/slimrl-{algorithm}-{task}", "{algorithm} and {task} are replaced"),
     "learning_rate": (
         5e-5,
         "LoRA on a 135M model needs a larger step than full fine-tuning's 1e-6 to move in 30 steps",
     ),
-    "lr_scheduler_type": ("constant", "a linear decay over 30 steps would halve the average step"),
     "max_steps": (30, "a few minutes on a 2-core CPU"),
     "per_device_train_batch_size": (4, "4 pairs (KTO: 4 rows) per step keep a CPU step to seconds"),
     "max_length": (256, "prompt + answer of the arithmetic set fit in ~150 tokens; TRL's 1024 only pads"),
-    "logging_steps": (1, "one metrics row (and progress-bar update) per step"),
-    "gradient_checkpointing": (False, "a 135M model's activations are small; recomputation only costs time on CPU"),
-    "save_strategy": ("no", "the LoRA adapter is saved once at the end"),
 }
 
 
@@ -55,19 +52,13 @@ def preference_config_class(algorithm: str):
 
 
 def build_preference_parser(algorithm: str):
-    from trl import TrlParser
-
     config = preference_config_class(algorithm)
-    parser = TrlParser(
-        (PreferenceTaskArguments, ModelArguments, SlimrlArguments, config),
-        prog=f"slimrl {algorithm}",
-        description=f"Train a model with {algorithm.upper()} (TRL's "
-        f"{config.__name__.removesuffix('Config')}Trainer on slimrl's memory paths). "
-        f"Every {config.__name__} field is a flag; "
-        "--config run.yaml sets defaults, flags override it.",
+    summary = (
+        f"Train a model with {algorithm.upper()} (TRL's {config.__name__.removesuffix('Config')}Trainer on slimrl's "
+        "memory paths)."
     )
-    set_cli_defaults(parser, PREFERENCE_CLI_DEFAULTS)
-    return parser
+    arguments = (PreferenceTaskArguments, ModelArguments, SlimrlArguments, config)
+    return command_parser(arguments, f"slimrl {algorithm}", summary, PREFERENCE_CLI_DEFAULTS)
 
 
 def parse_preference_args(algorithm: str, argv: list[str]):

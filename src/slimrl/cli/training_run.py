@@ -1,4 +1,4 @@
-"""The one skeleton every training command runs (`slimrl grpo | ppo | dpo | orpo | kto`):
+"""The one skeleton every training command runs (`slimrl grpo | ppo | dpo | orpo | kto | gkd | online-dpo`):
 
     model + LoRA → greedy eval before → trainer (metrics.jsonl, progress bar) → train (run_control.train: --resume,
     Ctrl-C/SIGTERM, out-of-memory stop) → adapter saved → eval after → vLLM engine closed, trainer ended →

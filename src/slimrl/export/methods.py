@@ -200,7 +200,8 @@ def push_to_hub_merged(
     """
     _drop_unsloth_kwargs("push_to_hub_merged", unsloth_kwargs)
     merged.resolve_save_method(save_method)
-    with tempfile.TemporaryDirectory(prefix="slimrl-push-") as folder:
+
+    def save(folder):
         save_pretrained_merged(
             model,
             folder,
@@ -210,17 +211,9 @@ def push_to_hub_merged(
             safe_serialization=safe_serialization,
             dtype=dtype,
         )
-        hub.write_model_card(folder, _recorded(model, "model_name"), "transformers")
-        return hub.upload_folder(
-            folder,
-            repo_id,
-            token=token,
-            private=private,
-            commit_message=commit_message,
-            commit_description=commit_description,
-            create_pr=create_pr,
-            revision=revision,
-        )
+
+    upload = (token, private, commit_message, commit_description, create_pr, revision)
+    return _save_and_upload(model, repo_id, save, "transformers", *upload)
 
 
 def save_pretrained_gguf(
@@ -289,9 +282,22 @@ def push_to_hub_gguf(
     private: as push_to_hub_merged's (None or True: a new repository is private; False: public).
     """
     _drop_unsloth_kwargs("push_to_hub_gguf", unsloth_kwargs)
-    with tempfile.TemporaryDirectory(prefix="slimrl-push-") as folder:
+
+    def save(folder):
         save_pretrained_gguf(model, folder, tokenizer, quantization_method, gguf_pre_tokenizer=gguf_pre_tokenizer)
-        hub.write_model_card(folder, _recorded(model, "model_name"), "gguf")
+
+    upload = (token, private, commit_message, commit_description, create_pr, revision)
+    return _save_and_upload(model, repo_id, save, "gguf", *upload)
+
+
+def _save_and_upload(
+    model, repo_id, save, card_kind, token, private, commit_message, commit_description, create_pr, revision
+):
+    """`save(folder)` into a temporary folder, its model card written, then the Hub repo created (if needed) and the
+    folder uploaded; the commit's URL."""
+    with tempfile.TemporaryDirectory(prefix="slimrl-push-") as folder:
+        save(folder)
+        hub.write_model_card(folder, _recorded(model, "model_name"), card_kind)
         return hub.upload_folder(
             folder,
             repo_id,

@@ -24,6 +24,8 @@ import sys
 import threading
 from collections.abc import Callable
 
+from ..swaps import ProcessValue
+
 
 class _NotifyingLoader(importlib.abc.Loader):
     """The loader another finder returned, telling the hook when the module's code has run."""
@@ -186,29 +188,29 @@ class ImportHook(importlib.abc.MetaPathFinder):
 
 
 # -- the hook patch_on_import installed (one per process) ----------------------------------------------------------
-_installed: ImportHook | None = None
-_requested = False
+NOT_REQUESTED = "not requested"  # HOOK's value until install_once or uninstall is first called; then the hook or None
+HOOK = ProcessValue("import_hook", NOT_REQUESTED, "TRL's trainers patched as a script imports them (on_import.py)")
 
 
 def install_once(make: Callable[[], ImportHook]) -> bool:
     """Install the hook `make` builds, the first time only (after `uninstall`, never again); True while installed."""
-    global _installed, _requested
-    if not _requested:
-        _requested = True
-        _installed = make()
-        _installed.install()
-    return _installed is not None
+    if HOOK.get() is NOT_REQUESTED:
+        HOOK.set(None)
+        hook = make()
+        HOOK.set(hook)
+        hook.install()
+    return HOOK.get() is not None
 
 
 def uninstall() -> None:
     """No patching on import for the rest of the process (unpatch() of everything)."""
-    global _installed, _requested
-    _requested = True
-    if _installed is not None:
-        _installed.uninstall()
-        _installed = None
+    hook = HOOK.get()
+    HOOK.set(None)
+    if hook not in (None, NOT_REQUESTED):
+        hook.uninstall()
 
 
 def forget(algorithms) -> None:
-    if _installed is not None:
-        _installed.forget(algorithms)
+    hook = HOOK.get()
+    if hook not in (None, NOT_REQUESTED):
+        hook.forget(algorithms)

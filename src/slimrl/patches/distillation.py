@@ -21,7 +21,6 @@ TRL's own: generation (HF or vLLM, tools), `_get_last_hidden_state`, `compute_lo
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
 
@@ -29,6 +28,7 @@ import torch
 
 from ..ops.chunked_divergence import HeadTransform, TeacherHead, chunked_divergence
 from ..ops.chunking import AUTO_CHUNKS, num_chunks_of
+from ..swaps import RunValue
 from .distill_setup import DISTILLATION
 from .seams import Patch
 from .trainer_setup import setup_patches
@@ -52,7 +52,7 @@ LOSS_PARAMS = (
     "temperature",
 )
 
-_student_chunks = contextvars.ContextVar("slimrl_distillation_chunks", default=AUTO_CHUNKS)
+_STUDENT_CHUNKS = RunValue("distillation_chunks", AUTO_CHUNKS, "the student's chunk knob while GKD's loss runs")
 
 
 def _trl_runs_its_kernel(hidden, *weights) -> bool:
@@ -92,7 +92,7 @@ def compact_divergence_loss(
         beta,
         temperature,
         HeadTransform(student_logit_scale, student_final_logit_softcapping),
-        _student_chunks.get(),
+        _STUDENT_CHUNKS.get(),
         with_entropy=True,
     )
     loss = per_token.sum()
@@ -124,11 +124,8 @@ def lean_divergence_loss(original):
 def knob_to_loss(original):
     @functools.wraps(original)
     def _compute_loss(self, unwrapped_student, inputs, num_items_in_batch):
-        token = _student_chunks.set(num_chunks_of(unwrapped_student))
-        try:
+        with _STUDENT_CHUNKS.bound(num_chunks_of(unwrapped_student)):
             return original(self, unwrapped_student, inputs, num_items_in_batch)
-        finally:
-            _student_chunks.reset(token)
 
     return _compute_loss
 

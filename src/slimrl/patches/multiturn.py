@@ -15,12 +15,12 @@ and the shared-prefix forward (each prompt once for its completions) apply as th
 
 from __future__ import annotations
 
-import contextvars
 import functools
 
+from ..swaps import RunValue
 from .seams import Patch
 
-_TOOL_TURNS: contextvars.ContextVar[bool] = contextvars.ContextVar("slimrl_tool_turns", default=False)
+_TOOL_TURNS = RunValue("tool_turns", False, "inside TRL's tool loop: the turns after a tool call")
 
 
 def in_tool_turns() -> bool:
@@ -31,11 +31,8 @@ def in_tool_turns() -> bool:
 def make_tool_call_loop(original):
     @functools.wraps(original)
     def _tool_call_loop(self, *args, **kwargs):
-        token = _TOOL_TURNS.set(True)
-        try:
+        with _TOOL_TURNS.bound(True):
             return original(self, *args, **kwargs)
-        finally:
-            _TOOL_TURNS.reset(token)
 
     return _tool_call_loop
 

@@ -23,7 +23,6 @@ seed for all requests would make the num_generations completions of a prompt ide
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import logging
 import os
@@ -31,7 +30,7 @@ import warnings
 
 from ..generation.vllm_engine import engine_of, warn_unused
 from ..state import config_state, user_set
-from ..swaps import set_field
+from ..swaps import RunValue, set_field
 from . import vllm_server
 
 logger = logging.getLogger("slimrl")
@@ -110,19 +109,17 @@ def apply_sampling_params(args) -> dict:
     return overrides
 
 
-# The trainer config while TRL's __init__ runs (VLLMGeneration is called without it)
-_TRAINER_ARGS: contextvars.ContextVar = contextvars.ContextVar("slimrl_trainer_args", default=None)
+# The trainer config while TRL's __init__ runs: VLLMGeneration is called without it, and the model may still be a
+# name (server mode), so nothing can carry it but a value bound for the duration of __init__
+TRAINER_ARGS = RunValue("vllm_trainer_args", None, "the trainer config while TRL's __init__ builds VLLMGeneration")
 
 
 @contextlib.contextmanager
 def engine_rollouts(model, args):
     """Around TRL's trainer __init__: config prepared for the model's engine, visible to the VLLMGeneration seam."""
     _prepare_config(model, args)
-    token = _TRAINER_ARGS.set(args)
-    try:
+    with TRAINER_ARGS.bound(args):
         yield
-    finally:
-        _TRAINER_ARGS.reset(token)
 
 
 def _prepare_config(model, args) -> None:
@@ -211,7 +208,7 @@ def make_vllm_generation(original):
     @functools.wraps(original)
     def VLLMGeneration(*args, model=None, **kwargs):  # noqa: N802 (stands in for TRL's class)
         engine = engine_of(model) if model is not None else None
-        trainer_args = _TRAINER_ARGS.get()
+        trainer_args = TRAINER_ARGS.get()
         if kwargs.get("mode") == "server" and vllm_server.uses_adapter_sync(
             trainer_args, model, kwargs.get("accelerator")
         ):

@@ -13,15 +13,16 @@ A function that returns after its deadline without being interrupted (stuck in C
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import signal
 import threading
 import time
 
-_DEADLINE: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar(
-    "slimrl_sandbox_deadline", default=None
-)  # (time.monotonic() deadline, the limit in seconds it came from)
+from ..swaps import RunValue
+
+_DEADLINE = RunValue(
+    "sandbox_deadline", None, "(time.monotonic() deadline, its limit in seconds) of the innermost time limit"
+)
 LATE_LEEWAY_SECONDS = 0.05
 
 
@@ -62,16 +63,14 @@ def time_limit(seconds: float):
     start = time.monotonic()
     outer = _DEADLINE.get()
     mine = (start + seconds, seconds)
-    token = _DEADLINE.set(mine if outer is None or mine[0] < outer[0] else outer)
-    restore = _no_alarm
-    try:
-        restore = _arm_alarm(seconds)
-        yield
-    finally:
+    # the value is reset even when the alarm fires inside restore(): the deadline never outlives the block
+    with _DEADLINE.bound(mine if outer is None or mine[0] < outer[0] else outer):
+        restore = _no_alarm
         try:
+            restore = _arm_alarm(seconds)
+            yield
+        finally:
             restore()
-        finally:  # even when the alarm fired inside restore(): the deadline never outlives the block
-            _DEADLINE.reset(token)
     if time.monotonic() > mine[0] + LATE_LEEWAY_SECONDS:
         raise timeout_error(seconds)
 
