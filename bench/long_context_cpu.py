@@ -30,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, OverallPeak, PhasePeak, pin_threads, render, run_self  # noqa: E402
+from _common import GiB, OverallPeak, PhasePeak, pin_threads, render, run_self, write_results  # noqa: E402
 
 ARMS = {  # name -> slimrl config fields (None: stock TRL)
     "stock": None,
@@ -209,8 +209,7 @@ def main(argv=None) -> int:
     print(f"# GRPO step, SmolLM2-135M shapes ({a.layers} layers), LoRA r=16, fp32, {setup}")
     print(table(results, a.markdown))
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"setup": setup, "machine": measured_on, "results": results}, f, indent=1)
+        write_results(a.json, {"setup": setup, "machine": measured_on, "results": results})
     return 0
 
 

@@ -95,3 +95,21 @@ def test_nested_limits_take_the_earliest_deadline():
 def test_a_bad_limit_is_refused(seconds):
     with pytest.raises(ValueError, match="seconds"):
         execute_with_time_limit(seconds)
+
+
+def test_an_alarm_inside_the_clean_up_leaves_no_deadline_behind(monkeypatch):
+    """The alarm can fire while the block's own clean-up runs (a loaded machine): its deadline must not outlive it,
+    or every later sandboxed call in the process times out at once."""
+    from slimrl.sandbox import limits
+
+    def arm(seconds):
+        def restore():
+            raise limits.timeout_error(seconds)  # what an alarm delivered inside restore() raises
+
+        return restore
+
+    monkeypatch.setattr(limits, "_arm_alarm", arm)
+    with pytest.raises(TimeoutError):
+        with limits.time_limit(5):
+            pass
+    assert limits.current_deadline() is None

@@ -63,23 +63,30 @@ def time_limit(seconds: float):
     outer = _DEADLINE.get()
     mine = (start + seconds, seconds)
     token = _DEADLINE.set(mine if outer is None or mine[0] < outer[0] else outer)
-    restore = _arm_alarm(seconds)
+    restore = _no_alarm
     try:
+        restore = _arm_alarm(seconds)
         yield
     finally:
-        restore()
-        _DEADLINE.reset(token)
+        try:
+            restore()
+        finally:  # even when the alarm fired inside restore(): the deadline never outlives the block
+            _DEADLINE.reset(token)
     if time.monotonic() > mine[0] + LATE_LEEWAY_SECONDS:
         raise timeout_error(seconds)
+
+
+def _no_alarm() -> None:
+    return None
 
 
 def _arm_alarm(seconds: float):
     """Arm SIGALRM for `seconds` where possible; returns the function that puts the previous state back."""
     if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        return lambda: None
+        return _no_alarm
     previous_left, previous_interval = signal.getitimer(signal.ITIMER_REAL)
     if 0 < previous_left <= seconds:  # an earlier timer fires first: leave it alone
-        return lambda: None
+        return _no_alarm
 
     def on_alarm(signum, frame):
         raise timeout_error(seconds)
@@ -89,10 +96,18 @@ def _arm_alarm(seconds: float):
     signal.setitimer(signal.ITIMER_REAL, seconds)
 
     def restore():
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous_handler is None else previous_handler)
-        if previous_left > 0:
-            left = max(previous_left - (time.monotonic() - start), 1e-6)
-            signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
+        # SIGALRM blocked while the timer and handler go back, and an alarm that fired meanwhile dropped: it would
+        # otherwise reach the previous handler (by default, the end of the process) once unblocked
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            if signal.SIGALRM in signal.sigpending():
+                signal.sigtimedwait({signal.SIGALRM}, 0)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL if previous_handler is None else previous_handler)
+            if previous_left > 0:
+                left = max(previous_left - (time.monotonic() - start), 1e-6)
+                signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
 
     return restore
