@@ -115,32 +115,8 @@ def _trainer(trainer: str, model, tok, args, lora):
     return trainer_obj
 
 
-def child(arm: str, trainer: str, vocab: int, completion: int, steps: int, mem_limit_gb: float) -> dict:
-    record = {"arm": arm, "trainer": trainer, "vocab": vocab, "completion": completion}
-    state = {"base": None, "losses": []}
-    start_watchdog(int(mem_limit_gb * GiB), record, state)
-    import random
-    import tempfile
-
-    import torch
-    from peft import LoraConfig
-
-    if arm == "slimrl":
-        from slimrl.patches.registry import PatchFastRL
-
-        PatchFastRL(trainer)
-    from slimrl.testing import tiny_llama, tiny_tokenizer
-
-    random.seed(0)
-    torch.manual_seed(0)
-    tok = tiny_tokenizer(vocab)
-    model = tiny_llama(
-        vocab_size=vocab, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, max_position_embeddings=4096
-    )
-    args = _config(trainer, completion, steps, tempfile.mkdtemp(prefix="slimrl-bench-"))
-    lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
-    trainer_obj = _trainer(trainer, model, tok, args, lora)
-
+def measure_training(trainer_obj, record: dict, state: dict) -> dict:
+    """Train `trainer_obj`, measuring each `training_step`'s working memory (state: the watchdog's base and losses)."""
     overall = OverallPeak()
     phase, working = PhasePeak(overall), []
     training_step = trainer_obj.training_step
@@ -167,6 +143,34 @@ def child(arm: str, trainer: str, vocab: int, completion: int, steps: int, mem_l
         s_per_step=sum(timed) / len(timed),
         losses=state["losses"],
     )
+
+
+def child(arm: str, trainer: str, vocab: int, completion: int, steps: int, mem_limit_gb: float) -> dict:
+    record = {"arm": arm, "trainer": trainer, "vocab": vocab, "completion": completion}
+    state = {"base": None, "losses": []}
+    start_watchdog(int(mem_limit_gb * GiB), record, state)
+    import random
+    import tempfile
+
+    import torch
+    from peft import LoraConfig
+
+    if arm == "slimrl":
+        from slimrl.patches.registry import PatchFastRL
+
+        PatchFastRL(trainer)
+    from slimrl.testing import tiny_llama, tiny_tokenizer
+
+    random.seed(0)
+    torch.manual_seed(0)
+    tok = tiny_tokenizer(vocab)
+    model = tiny_llama(
+        vocab_size=vocab, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, max_position_embeddings=4096
+    )
+    args = _config(trainer, completion, steps, tempfile.mkdtemp(prefix="slimrl-bench-"))
+    lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
+    trainer_obj = _trainer(trainer, model, tok, args, lora)
+    return measure_training(trainer_obj, record, state)
 
 
 def _gib(r: dict, key: str) -> str:
