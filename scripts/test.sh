@@ -37,11 +37,11 @@ export SLIMRL_CI="${SLIMRL_CI:-1}"
 # each tier's log names its 25 slowest tests, so the time each tier takes (the table at the end) can be traced
 export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:---durations=25}"
 
-cpu_of_children() {  # the CPU seconds (user + system) of every finished child of this shell so far
-    local out
+cpu_of_children() {  # CPU_SECONDS = the CPU seconds (user + system) of every finished child of this shell so far
+    local out  # (not in a $(...) subshell: its `times` would count only the subshell's own children)
     out="$(mktemp)"
     times > "$out"
-    sed -n 2p "$out" | tr -d 's' | awk '{split($1, u, "m"); split($2, s, "m"); printf "%.0f", u[1]*60 + u[2] + s[1]*60 + s[2]}'
+    CPU_SECONDS=$(sed -n 2p "$out" | tr -d 's' | awk '{split($1, u, "m"); split($2, s, "m"); printf "%.0f", u[1]*60 + u[2] + s[1]*60 + s[2]}')
     rm -f "$out"
 }
 
@@ -50,10 +50,12 @@ failed=0
 for tier in "${selected[@]}"; do
     echo "=== tier $tier: bash scripts/test_$tier.sh ===" >&2
     start=$(date +%s)
-    cpu_before=$(cpu_of_children)
+    cpu_of_children
+    cpu_before=$CPU_SECONDS
     if bash "scripts/test_$tier.sh"; then outcome=passed; else outcome=FAILED; failed=1; fi
     wall=$(( $(date +%s) - start ))
-    cpu=$(( $(cpu_of_children) - cpu_before ))
+    cpu_of_children
+    cpu=$(( CPU_SECONDS - cpu_before ))
     summary+=("$(printf '%-12s %-7s %4d min %02d s wall   %5d s CPU' "$tier" "$outcome" $((wall / 60)) $((wall % 60)) "$cpu")")
 done
 echo "=== tiers ($(nproc) cores) ===" >&2
