@@ -13,6 +13,18 @@ from slimrl.testing import tiny_llama, tiny_tokenizer
 
 VOCAB, HIDDEN, LAYERS = 512, 32, 2
 EOS_ID = 2
+# the training arguments every offline/online parity harness shares (each adds its trainer's own fields)
+PARITY_CONFIG = dict(
+    bf16=False,
+    report_to="none",
+    logging_steps=1,
+    save_strategy="no",
+    per_device_train_batch_size=3,
+    learning_rate=1e-2,
+    gradient_checkpointing=False,
+    seed=0,
+    dataloader_pin_memory=False,
+)
 EOS_BOOST = 40.0  # scales the EOS row of lm_head: P(EOS) then swings between ~0 and ~1 across contexts
 PROMPTS = [
     "what is 3 plus 4 ?",
