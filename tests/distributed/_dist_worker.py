@@ -253,6 +253,8 @@ def main() -> None:
             result[f"rank_{key}"] = [r[key] for r in per_rank]
         result["rollouts"] = _merge_rollouts([r["rollouts"] for r in per_rank]) if result["rollouts"] else []
         torch.save(result, cli.out)
+    dist.barrier()
+    dist.destroy_process_group()  # as a user's script should: left alive, gloo's threads can abort the exit
 
 
 if __name__ == "__main__":

@@ -64,6 +64,8 @@ def main() -> None:
     if dist.get_rank() == 0:
         with open(cli.out, "w") as f:
             json.dump(per_rank, f)
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
