@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 TIERS=(default)
 # The other CPU tiers run with `bash scripts/test.sh distributed vllm slow notebooks`; they join TIERS once each has
 # been timed on a clean 2-core clone within CI's budget (docs/testing.md, "Time").
-NOT_IN_CI=(distributed vllm slow notebooks gpu)  # distributed: not yet timed in CI; vllm: not yet timed in CI; slow: its embedded-model runs (GKD alone ~1.5 h on 2 cores) exceed CI's budget; notebooks: not yet timed in CI; gpu: needs a CUDA GPU (docs/gpu-and-benchmarks.md)
+NOT_IN_CI=(distributed vllm slow notebooks nightly gpu)  # distributed: not yet timed in CI; vllm: not yet timed in CI; slow: not yet timed in CI; notebooks: not yet timed in CI; nightly: learning runs of an hour or more each on 2 cores, run on a schedule; gpu: needs a CUDA GPU (docs/gpu-and-benchmarks.md)
 
 is_tier() {
     local name

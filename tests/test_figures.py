@@ -32,7 +32,7 @@ KNOWN_MISSING = [
         "bench/distill_memory.py, bench/online_memory.py",
     ),
     ("GKD and GOLD train off-policy here (`lmbda=0`)", "bench/distill_memory.py"),
-    ("`tests/cli/test_embedded_gkd_slow.py` (slow tier: about 30 minutes", "no script: a test's duration"),
+    ("`tests/cli/test_embedded_gkd_nightly.py` (nightly tier: about 30 minutes", "no script: a test's duration"),
     ("| arm | peak RSS | s/step | images encoded (3 steps) |", "bench/vision_memory.py"),
     # export.md
     ("| export | size | completions equal to the adapter's |", "bench/export_roundtrip.py"),

@@ -10,7 +10,7 @@ import json
 import pytest
 
 
-@pytest.mark.slow
+@pytest.mark.nightly
 def test_default_ppo_command_raises_score_and_accuracy(tmp_path):
     pytest.importorskip("gguf")
     import importlib.util

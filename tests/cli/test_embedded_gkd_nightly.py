@@ -8,7 +8,7 @@ import json
 import pytest
 
 
-@pytest.mark.slow
+@pytest.mark.nightly
 def test_student_accuracy_moves_toward_a_grpo_trained_teacher(tmp_path):
     import importlib.util
 
