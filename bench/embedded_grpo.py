@@ -20,6 +20,26 @@ from _common import results_path, write_results
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def run_cli(command: list[str], threads: int) -> tuple[int, float]:
+    """`python -m slimrl.cli COMMAND...` in a subprocess (what a user types), threads pinned; (exit code, wall s)."""
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        HF_HUB_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+    )
+    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, "-m", "slimrl.cli", *command]
+    print("$", " ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        print(f"slimrl {command[0]} failed with exit code {proc.returncode} after {wall:.0f} s")
+    return proc.returncode, wall
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS / MKL_NUM_THREADS for the run")
@@ -27,22 +47,10 @@ def main() -> int:
     parser.add_argument("--json", default=results_path("embedded_grpo"), help="the results file")
     parser.add_argument("extra", nargs="*", help="extra flags for slimrl grpo (after --)")
     args = parser.parse_args()
-    env = dict(
-        os.environ,
-        OMP_NUM_THREADS=str(args.threads),
-        MKL_NUM_THREADS=str(args.threads),
-        HF_HUB_OFFLINE="1",
-        HF_HUB_DISABLE_TELEMETRY="1",
-    )
-    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "slimrl.cli", "grpo", "--output_dir", args.output_dir, *args.extra]
-    print("$", " ".join(cmd), flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=ROOT)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        print(f"slimrl grpo failed with exit code {proc.returncode} after {wall:.0f} s")
-        return proc.returncode
+    command = ["grpo", "--output_dir", args.output_dir, *args.extra]
+    returncode, wall = run_cli(command, args.threads)
+    if returncode != 0:
+        return returncode
     out = os.path.join(ROOT, args.output_dir)
     with open(os.path.join(out, "eval.json")) as f:
         summary = json.load(f)
@@ -56,7 +64,7 @@ def main() -> int:
         return round(sum(vals) / len(vals), 3) if vals else None
 
     result = {
-        "command": " ".join(cmd),
+        "command": "python -m slimrl.cli " + " ".join(command),
         "threads": args.threads,
         "wall_seconds": round(wall, 1),
         "train_seconds": summary.get("train_seconds"),
