@@ -26,15 +26,15 @@ Choices:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import queue
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from online_memory import measure_training, table  # noqa: E402
+from online_memory import table  # noqa: E402
 
-from _common import GiB, pin_threads, run_self, start_watchdog, write_results  # noqa: E402
+import _arms as arms  # noqa: E402
+from _common import write_results  # noqa: E402
 
 QUICK = {"vocab": 2048, "completion": [16]}
 PROMPT_TOKENS, GENERATIONS = 64, 8
@@ -129,26 +129,19 @@ def _stock_attention_off_cuda() -> None:
 
 def child(arm: str, vocab: int, completion: int, steps: int, mem_limit_gb: float) -> dict:
     record = {"arm": arm, "trainer": "async_grpo", "vocab": vocab, "completion": completion}
-    state = {"base": None, "losses": []}
-    start_watchdog(int(mem_limit_gb * GiB), record, state)
+    state = arms.start_child(arm, "async_grpo", record, mem_limit_gb)
     import tempfile
 
     from datasets import Dataset
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
-    from slimrl.testing import tiny_llama, tiny_tokenizer
+    from slimrl.testing import tiny_tokenizer
 
-    if arm == "slimrl":
-        from slimrl.patches.registry import PatchFastRL
-
-        PatchFastRL("async_grpo")
-    else:
+    if arm == "stock":
         _stock_peak_flops_off_cuda()
     tok = tiny_tokenizer(vocab)
     path = tempfile.mkdtemp(prefix="slimrl-bench-model-")
-    tiny_llama(
-        vocab_size=vocab, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, max_position_embeddings=4096
-    ).save_pretrained(path)
+    arms.bench_model(vocab).save_pretrained(path)
     args = AsyncGRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="slimrl-bench-"),
         max_steps=steps,
@@ -158,13 +151,7 @@ def child(arm: str, vocab: int, completion: int, steps: int, mem_limit_gb: float
         token_budget=0,
         max_staleness=steps + 2,
         learning_rate=1e-5,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        dataloader_pin_memory=False,
+        **arms.CPU_TRAINING_ARGS,
     )
     worker = FixedRollouts(samples(vocab, completion, steps + 2))  # the data loader reads one micro-batch ahead
     trainer = AsyncGRPOTrainer(
@@ -177,41 +164,27 @@ def child(arm: str, vocab: int, completion: int, steps: int, mem_limit_gb: float
     )
     if arm == "stock":
         _stock_attention_off_cuda()  # after __init__, which registers TRL's kernel
-    return measure_training(trainer, record, state)
+    return arms.train_measured(trainer, record, state)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vocab", type=int, default=152064)
     p.add_argument("--completion", type=int, nargs="+", default=[256])
-    p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1, help="OMP/MKL threads per process")
-    p.add_argument("--mem_limit_gb", type=float, default=12.0)
-    p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK}")
-    p.add_argument("--markdown", action="store_true")
-    p.add_argument("--json", help="also write the rows (raw numbers) to this file")
-    p.add_argument("--child", choices=["stock", "slimrl"], help=argparse.SUPPRESS)
+    arms.add_arm_options(p, QUICK, mem_limit_gb=12.0)
     a = p.parse_args(argv)
     if a.quick:
         a.vocab, a.completion = QUICK["vocab"], QUICK["completion"]
-
     if a.child:
-        pin_threads(a.threads)
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-        print(json.dumps(child(a.child, a.vocab, a.completion[0], a.steps, a.mem_limit_gb)), flush=True)
-        return 0
+        return arms.run_child(a.threads, child, a.child, a.vocab, a.completion[0], a.steps, a.mem_limit_gb)
 
     rows = []
     for completion in a.completion:
         row = {"trainer": "async_grpo", "vocab": a.vocab, "completion": completion}
-        for arm in ("stock", "slimrl"):
-            args = ["--child", arm, "--vocab", str(a.vocab), "--completion", str(completion)]
-            args += ["--steps", str(a.steps), "--threads", str(a.threads), "--mem_limit_gb", str(a.mem_limit_gb)]
-            row[arm] = run_self(args, a.threads)
-            if "error" in row[arm]:
-                print(f"[async_grpo {arm} C={completion}] {row[arm]['error']}", file=sys.stderr)
-        rows.append(row)
-        print(json.dumps(row), file=sys.stderr, flush=True)
+        child_args = ["--vocab", str(a.vocab), "--completion", str(completion), "--steps", str(a.steps)]
+        child_args += ["--threads", str(a.threads), "--mem_limit_gb", str(a.mem_limit_gb)]
+        rows.append(arms.run_arms(row, child_args, a.threads, f"async_grpo C={completion}"))
     print(f"# AsyncGRPO, tiny Llama 4x256, full fine-tuning, 8 completions/step, CPU, {a.threads} thread(s)")
     print(table(rows, a.markdown))
     if a.json:

@@ -26,26 +26,15 @@ Choices:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from preference_memory import LORA_TARGETS, table_lines  # noqa: E402
+from preference_memory import table_lines  # noqa: E402
 
-from _common import (  # noqa: E402
-    GiB,
-    OverallPeak,
-    PhasePeak,
-    pin_threads,
-    render,
-    run_self,
-    start_watchdog,
-    step_timer,
-    write_results,
-)
+import _arms as arms  # noqa: E402
+from _common import render, results_path, write_results  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINERS = ("gkd", "gold", "distillation")
 QUICK = {"vocab": 1024, "length": [48], "rows": 2}
 
@@ -91,15 +80,9 @@ def make_config(trainer: str, output_dir: str, length: int, rows: int, steps: in
         output_dir=output_dir,
         per_device_train_batch_size=rows,
         max_steps=steps,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
         learning_rate=1e-4,
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        dataloader_pin_memory=False,
         beta=0.5,
+        **arms.CPU_TRAINING_ARGS,
     )
     if trainer == "gkd":
         return config_cls(**common, max_length=length, lmbda=0.0, max_new_tokens=8)
@@ -115,76 +98,35 @@ def row_length(inputs) -> int:
     return inputs["prompt_ids"].shape[-1] + inputs["completion_ids"].shape[-1]
 
 
-def measure_steps(trainer, phase, state: dict):
-    """Wrap `compute_loss` and `accelerator.backward`: each step's working memory, row length and loss."""
-    working, seen = [], {"row_length": 0}
-    compute_loss, backward = trainer.compute_loss, trainer.accelerator.backward
-
-    def measured_compute_loss(model, inputs, *a, **kw):
-        state["base"] = phase.start()
-        seen["row_length"] = max(seen["row_length"], row_length(inputs))
-        out = compute_loss(model, inputs, *a, **kw)
-        state["losses"].append(float((out[0] if isinstance(out, tuple) else out).detach()))
-        return out
-
-    def measured_backward(*a, **kw):
-        out = backward(*a, **kw)
-        base, peak = phase.stop()
-        working.append(peak - base)
-        return out
-
-    trainer.compute_loss, trainer.accelerator.backward = measured_compute_loss, measured_backward
-    return working, seen
-
-
 def child_distill(arm: str, trainer_name: str, vocab: int, length: int, rows: int, steps: int, limit_gb: float):
     record = {"arm": arm, "trainer": trainer_name, "vocab": vocab, "length": length, "rows": rows}
-    state = {"base": None, "losses": []}
-    start_watchdog(int(limit_gb * GiB), record, state)
+    state = arms.start_child(arm, trainer_name, record, limit_gb)
 
     import tempfile
 
-    from peft import LoraConfig
     from tokenizers import pre_tokenizers
 
-    if arm == "slimrl":
-        from slimrl.patches.registry import PatchFastRL
-
-        PatchFastRL(trainer_name)
-    from slimrl.testing import tiny_llama, tiny_tokenizer
+    from slimrl.testing import tiny_tokenizer
 
     _, trainer_cls = trl_classes(trainer_name)
     tok = tiny_tokenizer(vocab)
     tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # each filler word is one token
-    size = dict(vocab_size=vocab, num_layers=4, num_heads=4, num_kv_heads=2, max_position_embeddings=max(4096, length))
-    student = tiny_llama(seed=0, hidden_size=256, **size)
-    teacher = tiny_llama(seed=1, hidden_size=384, **size)
+    max_positions = max(4096, length)
     trainer = trainer_cls(
-        model=student,
-        teacher_model=teacher,
+        model=arms.bench_model(vocab, max_positions, hidden_size=256, seed=0),
+        teacher_model=arms.bench_model(vocab, max_positions, hidden_size=384, seed=1),
         args=make_config(trainer_name, tempfile.mkdtemp(prefix="slimrl-bench-"), length, rows, steps),
         processing_class=tok,
-        peft_config=LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM", target_modules=LORA_TARGETS),
+        peft_config=arms.bench_lora(),
         train_dataset=make_dataset(trainer_name, tok, length, rows, steps),
     )
+    seen = {"row_length": 0}
 
-    overall = OverallPeak()
-    working, seen = measure_steps(trainer, PhasePeak(overall), state)
-    timer = step_timer()
-    trainer.add_callback(timer)
-    trainer.train()
-    timed = timer.times[1:] or timer.times
-    return dict(
-        record,
-        stopped=False,
-        steps=len(timer.times),
-        peak=overall.stop(),
-        working=max(working),
-        step_base=state["base"],
-        s_per_step=sum(timed) / len(timed),
-        losses=state["losses"],
-        **seen,
-    )
+    def observe(model, inputs):
+        seen["row_length"] = max(seen["row_length"], row_length(inputs))
+
+    result = arms.train_measured(trainer, record, state, per_step="compute_loss", observe=observe)
+    return dict(result, step_base=state["base"], **seen)
 
 
 def main(argv=None) -> int:
@@ -193,22 +135,17 @@ def main(argv=None) -> int:
     p.add_argument("--length", type=int, nargs="+", default=[512], help="tokens per row (prompt + completion)")
     p.add_argument("--rows", type=int, default=2, help="rows (conversations or prompts) per step")
     p.add_argument("--trainers", nargs="+", choices=TRAINERS, default=list(TRAINERS))
-    p.add_argument("--steps", type=int, default=2, help="optimizer steps; s/step is the mean after the first")
-    p.add_argument("--threads", type=int, default=1, help="OMP/MKL threads per process")
-    p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK}")
-    p.add_argument("--mem_limit_gb", type=float, default=14.0, help="stop an arm whose RSS passes this (GiB)")
-    p.add_argument("--markdown", action="store_true")
-    p.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "distill_memory.json"))
-    p.add_argument("--child", choices=["stock", "slimrl"], help=argparse.SUPPRESS)
+    arms.add_arm_options(
+        p, QUICK, mem_limit_gb=14.0, json_default=results_path("distill_memory"), json_help="the results file"
+    )
     p.add_argument("--trainer", choices=TRAINERS, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.quick:
         a.vocab, a.length, a.rows = QUICK["vocab"], QUICK["length"], QUICK["rows"]
     if a.child:
-        pin_threads(a.threads)
-        res = child_distill(a.child, a.trainer, a.vocab, a.length[0], a.rows, a.steps, a.mem_limit_gb)
-        print(json.dumps(res), flush=True)
-        return 0
+        return arms.run_child(
+            a.threads, child_distill, a.child, a.trainer, a.vocab, a.length[0], a.rows, a.steps, a.mem_limit_gb
+        )
 
     common = ["--vocab", str(a.vocab), "--rows", str(a.rows), "--steps", str(a.steps), "--threads", str(a.threads)]
     common += ["--mem_limit_gb", str(a.mem_limit_gb)]
@@ -216,20 +153,15 @@ def main(argv=None) -> int:
     for length in a.length:
         for trainer in a.trainers:
             row = {"trainer": trainer, "vocab": a.vocab, "length": length}
-            for arm in ("stock", "slimrl"):
-                row[arm] = run_self(["--child", arm, "--trainer", trainer, "--length", str(length), *common], a.threads)
-                if "error" in row[arm]:
-                    print(f"[{trainer} {arm} L={length}] {row[arm]['error']}", file=sys.stderr)
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
+            child_args = ["--trainer", trainer, "--length", str(length), *common]
+            rows.append(arms.run_arms(row, child_args, a.threads, f"{trainer} L={length}"))
     title = (
         f"# Distillation trainers, student Llama 4x256 + LoRA r=16, teacher Llama 4x384, V={a.vocab}, {a.rows} "
         f"rows/step, {a.steps} steps, fp32 CPU, {a.threads} thread(s), memory limit {a.mem_limit_gb:g} GiB"
     )
     print(title)
     print(render(*table_lines(rows), a.markdown))
-    args = {k: v for k, v in vars(a).items() if k not in ("child", "trainer")}
-    write_results(a.json, {"title": title, "args": args, "rows": rows})
+    write_results(a.json, {"title": title, "args": arms.recorded_args(a), "rows": rows})
     return 0
 
 

@@ -27,26 +27,15 @@ Choices:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (  # noqa: E402
-    GiB,
-    OverallPeak,
-    PhasePeak,
-    pin_threads,
-    render,
-    run_self,
-    start_watchdog,
-    step_timer,
-    write_results,
-)
+import _arms as arms  # noqa: E402
+from _common import GiB, render, write_results  # noqa: E402
 
 TRAINERS = ("online_dpo", "gmpo", "a2po")
 QUICK = {"vocab": 2048, "completion": [16]}
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROMPT = "what is the sum of 3 and 4 ? think step by step and answer"
 
 
@@ -54,14 +43,8 @@ def _config(trainer: str, completion: int, steps: int, output_dir: str):
     common = dict(
         output_dir=output_dir,
         max_steps=steps,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
         learning_rate=1e-5,
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        dataloader_pin_memory=False,
+        **arms.CPU_TRAINING_ARGS,
     )
     if trainer == "online_dpo":
         from trl.experimental.online_dpo import OnlineDPOConfig
@@ -115,62 +98,23 @@ def _trainer(trainer: str, model, tok, args, lora):
     return trainer_obj
 
 
-def measure_training(trainer_obj, record: dict, state: dict) -> dict:
-    """Train `trainer_obj`, measuring each `training_step`'s working memory (state: the watchdog's base and losses)."""
-    overall = OverallPeak()
-    phase, working = PhasePeak(overall), []
-    training_step = trainer_obj.training_step
-
-    def measured_step(*a, **kw):
-        state["base"] = phase.start()
-        loss = training_step(*a, **kw)
-        base, peak = phase.stop()
-        working.append(peak - base)
-        state["losses"].append(float(loss))
-        return loss
-
-    trainer_obj.training_step = measured_step
-    timer = step_timer()
-    trainer_obj.add_callback(timer)
-    trainer_obj.train()
-    timed = timer.times[1:] or timer.times
-    return dict(
-        record,
-        stopped=False,
-        steps=len(timer.times),
-        peak=overall.stop(),
-        working=max(working),
-        s_per_step=sum(timed) / len(timed),
-        losses=state["losses"],
-    )
-
-
 def child(arm: str, trainer: str, vocab: int, completion: int, steps: int, mem_limit_gb: float) -> dict:
     record = {"arm": arm, "trainer": trainer, "vocab": vocab, "completion": completion}
-    state = {"base": None, "losses": []}
-    start_watchdog(int(mem_limit_gb * GiB), record, state)
+    state = arms.start_child(arm, trainer, record, mem_limit_gb)
     import random
     import tempfile
 
     import torch
-    from peft import LoraConfig
 
-    if arm == "slimrl":
-        from slimrl.patches.registry import PatchFastRL
-
-        PatchFastRL(trainer)
-    from slimrl.testing import tiny_llama, tiny_tokenizer
+    from slimrl.testing import tiny_tokenizer
 
     random.seed(0)
     torch.manual_seed(0)
     tok = tiny_tokenizer(vocab)
-    model = tiny_llama(
-        vocab_size=vocab, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, max_position_embeddings=4096
-    )
+    model = arms.bench_model(vocab)
     args = _config(trainer, completion, steps, tempfile.mkdtemp(prefix="slimrl-bench-"))
-    lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
-    trainer_obj = _trainer(trainer, model, tok, args, lora)
-    return measure_training(trainer_obj, record, state)
+    trainer_obj = _trainer(trainer, model, tok, args, arms.bench_lora())
+    return arms.train_measured(trainer_obj, record, state)
 
 
 def _gib(r: dict, key: str) -> str:
@@ -213,35 +157,23 @@ def main(argv=None) -> int:
     p.add_argument("--trainers", nargs="+", choices=TRAINERS, default=list(TRAINERS))
     p.add_argument("--vocab", type=int, default=152064)
     p.add_argument("--completion", type=int, nargs="+", default=[128, 256])
-    p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1, help="OMP/MKL threads per process")
-    p.add_argument("--mem_limit_gb", type=float, default=12.0)
-    p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK}")
-    p.add_argument("--markdown", action="store_true")
-    p.add_argument("--json", help="also write the rows (raw numbers) to this file")
-    p.add_argument("--child", choices=["stock", "slimrl"], help=argparse.SUPPRESS)
+    arms.add_arm_options(p, QUICK, mem_limit_gb=12.0)
     a = p.parse_args(argv)
     if a.quick:
         a.vocab, a.completion = QUICK["vocab"], QUICK["completion"]
-
     if a.child:
-        pin_threads(a.threads)
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-        print(json.dumps(child(a.child, a.trainers[0], a.vocab, a.completion[0], a.steps, a.mem_limit_gb)), flush=True)
-        return 0
+        return arms.run_child(
+            a.threads, child, a.child, a.trainers[0], a.vocab, a.completion[0], a.steps, a.mem_limit_gb
+        )
 
     rows = []
     for trainer in a.trainers:
         for completion in a.completion:
             row = {"trainer": trainer, "vocab": a.vocab, "completion": completion}
-            for arm in ("stock", "slimrl"):
-                args = ["--child", arm, "--trainers", trainer, "--vocab", str(a.vocab), "--completion", str(completion)]
-                args += ["--steps", str(a.steps), "--threads", str(a.threads), "--mem_limit_gb", str(a.mem_limit_gb)]
-                row[arm] = run_self(args, a.threads)
-                if "error" in row[arm]:
-                    print(f"[{trainer} {arm} C={completion}] {row[arm]['error']}", file=sys.stderr)
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
+            child_args = ["--trainers", trainer, "--vocab", str(a.vocab), "--completion", str(completion)]
+            child_args += ["--steps", str(a.steps), "--threads", str(a.threads), "--mem_limit_gb", str(a.mem_limit_gb)]
+            rows.append(arms.run_arms(row, child_args, a.threads, f"{trainer} C={completion}"))
     print(
         f"# experimental online trainers, tiny Llama 4x256, LoRA r=16, 8 completions/step, CPU, {a.threads} thread(s)"
     )

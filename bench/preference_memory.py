@@ -42,28 +42,15 @@ Choices:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (  # noqa: E402
-    GiB,
-    OverallPeak,
-    PhasePeak,
-    pin_threads,
-    render,
-    results_path,
-    run_self,
-    start_watchdog,
-    step_timer,
-    write_results,
-)
+import _arms as arms  # noqa: E402
+from _common import GiB, render, results_path, write_results  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINERS = ("dpo", "kto", "orpo", "cpo")
 QUICK = {"vocab": 1024, "length": [64], "pairs": 2}
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def trl_classes(trainer: str):
@@ -125,18 +112,12 @@ def child_preference(
     arm: str, trainer_name: str, vocab: int, length: int, pairs: int, steps: int, offload: bool, mem_limit_gb: float
 ) -> dict:
     record = {"arm": arm, "trainer": trainer_name, "vocab": vocab, "length": length, "pairs": pairs}
-    state = {"base": None, "losses": []}
-    start_watchdog(int(mem_limit_gb * GiB), record, state)
+    state = arms.start_child(arm, trainer_name, record, mem_limit_gb)
 
     import tempfile
 
-    from peft import LoraConfig
     from tokenizers import pre_tokenizers
 
-    if arm == "slimrl":
-        from slimrl.patches.registry import PatchFastRL
-
-        PatchFastRL(trainer_name)
     from slimrl.models.checkpointing import (
         apply_checkpointing,
         base_transformers_model,
@@ -144,20 +125,13 @@ def child_preference(
         is_checkpointing_active,
     )
     from slimrl.state import model_state
-    from slimrl.testing import tiny_llama, tiny_tokenizer
+    from slimrl.testing import tiny_tokenizer
 
     config_cls, trainer_cls = trl_classes(trainer_name)
     tok = tiny_tokenizer(vocab)
     # whitespace only, so each filler word "w<id>" is one token (the default splits digits off)
     tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    model = tiny_llama(
-        vocab_size=vocab,
-        hidden_size=256,
-        num_layers=4,
-        num_heads=4,
-        num_kv_heads=2,
-        max_position_embeddings=max(4096, length),
-    )
+    model = arms.bench_model(vocab, max(4096, length))
     if offload and arm == "slimrl":
         apply_checkpointing(model, "offload")
     batch = 2 * pairs if trainer_name == "kto" else pairs
@@ -166,64 +140,26 @@ def child_preference(
         per_device_train_batch_size=batch,
         max_steps=steps,
         max_length=length,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
         learning_rate=1e-4,
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        dataloader_pin_memory=False,
+        **arms.CPU_TRAINING_ARGS,
     )
-    lora = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
     trainer = trainer_cls(
         model=model,
         args=args,
         processing_class=tok,
-        peft_config=lora,
+        peft_config=arms.bench_lora(),
         train_dataset=make_dataset(trainer_name, tok, vocab, length, pairs, steps),
     )
+    seen = {"row_length": 0, "checkpointing_active": None}
 
-    overall = OverallPeak()
-    phase, working, seen = PhasePeak(overall), [], {"row_length": 0, "checkpointing_active": None}
-    compute_loss, backward = trainer.compute_loss, trainer.accelerator.backward
-
-    def measured_compute_loss(model, inputs, *a, **kw):
-        state["base"] = phase.start()
+    def observe(model, inputs):
         seen["row_length"] = max(seen["row_length"], row_length(inputs))
         seen["checkpointing_active"] = is_checkpointing_active(model)
-        out = compute_loss(model, inputs, *a, **kw)
-        loss = out[0] if isinstance(out, tuple) else out
-        state["losses"].append(float(loss.detach()))
-        return out
 
-    def measured_backward(*a, **kw):
-        out = backward(*a, **kw)
-        base, peak = phase.stop()
-        working.append(peak - base)
-        return out
-
-    trainer.compute_loss, trainer.accelerator.backward = measured_compute_loss, measured_backward
-
-    timer = step_timer()
-    trainer.add_callback(timer)
-    trainer.train()
-    step_times = timer.times
-    timed = step_times[1:] or step_times
+    result = arms.train_measured(trainer, record, state, per_step="compute_loss", observe=observe)
     stats = model_state(base_transformers_model(trainer.model)).offload_stats  # set by the "offload" mode only
     seen["offload_tensors_seen"] = None if stats is None else stats.tensors_seen
-    return dict(
-        record,
-        stopped=False,
-        steps=len(step_times),
-        peak=overall.stop(),
-        working=max(working),
-        step_base=state["base"],
-        s_per_step=sum(timed) / len(timed),
-        losses=state["losses"],
-        slimrl_checkpointing_mode=checkpointing_mode(trainer.model),
-        **seen,
-    )
+    return dict(result, step_base=state["base"], slimrl_checkpointing_mode=checkpointing_mode(trainer.model), **seen)
 
 
 # ---------------------------------------------------------------------------------------------------- reporting
@@ -302,68 +238,47 @@ def table_lines(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     return head, lines
 
 
+def _arm_problem(length: int, mem_limit_gb: float):
+    """What to say of a finished arm: stopped by the watchdog, or rows of another length than asked."""
+
+    def problem(result: dict) -> str | None:
+        if result.get("stopped"):
+            return f"stopped at {result['rss_at_stop'] / GiB:.1f} GiB RSS (limit {mem_limit_gb} GiB)"
+        if result["row_length"] != length:
+            return f"WARNING: rows had {result['row_length']} tokens, not {length}"
+        return None
+
+    return problem
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vocab", type=int, default=152064)
     p.add_argument("--length", type=int, nargs="+", default=[512, 2048], help="tokens per row (prompt + answer)")
     p.add_argument("--pairs", type=int, default=4, help="preference pairs per step (KTO: 2x unpaired rows)")
     p.add_argument("--trainers", nargs="+", choices=TRAINERS, default=list(TRAINERS))
-    p.add_argument("--steps", type=int, default=2, help="optimizer steps; s/step is the mean after the first")
-    p.add_argument("--threads", type=int, default=1, help="OMP/MKL threads per process")
-    p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK}")
     p.add_argument("--offload", action="store_true", help="slimrl arm's model in slimrl's 'offload' checkpointing")
-    p.add_argument("--mem_limit_gb", type=float, default=18.0, help="stop an arm whose RSS passes this (GiB)")
-    p.add_argument("--markdown", action="store_true")
-    p.add_argument(
-        "--json",
-        default=results_path("preference_memory"),
-        help="the results file (bench/results/ is git-ignored; bench/results/committed/ is not)",
+    json_help = "the results file (bench/results/ is git-ignored; bench/results/committed/ is not)"
+    arms.add_arm_options(
+        p, QUICK, mem_limit_gb=18.0, json_default=results_path("preference_memory"), json_help=json_help
     )
-    p.add_argument("--child", choices=["stock", "slimrl"], help=argparse.SUPPRESS)
     p.add_argument("--trainer", choices=TRAINERS, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.quick:
         a.vocab, a.length, a.pairs = QUICK["vocab"], QUICK["length"], QUICK["pairs"]
-
     if a.child:
-        pin_threads(a.threads)
-        res = child_preference(a.child, a.trainer, a.vocab, a.length[0], a.pairs, a.steps, a.offload, a.mem_limit_gb)
-        print(json.dumps(res), flush=True)
-        return 0
+        child_args = (a.child, a.trainer, a.vocab, a.length[0], a.pairs, a.steps, a.offload, a.mem_limit_gb)
+        return arms.run_child(a.threads, child_preference, *child_args)
 
-    common = [
-        "--vocab",
-        str(a.vocab),
-        "--pairs",
-        str(a.pairs),
-        "--steps",
-        str(a.steps),
-        "--threads",
-        str(a.threads),
-        "--mem_limit_gb",
-        str(a.mem_limit_gb),
-    ] + (["--offload"] if a.offload else [])
+    common = ["--vocab", str(a.vocab), "--pairs", str(a.pairs), "--steps", str(a.steps), "--threads", str(a.threads)]
+    common += ["--mem_limit_gb", str(a.mem_limit_gb)] + (["--offload"] if a.offload else [])
     rows = []
     for length in a.length:
         for trainer in a.trainers:
             row = {"trainer": trainer, "vocab": a.vocab, "length": length}
-            for arm in ("stock", "slimrl"):
-                row[arm] = run_self(["--child", arm, "--trainer", trainer, "--length", str(length), *common], a.threads)
-                if "error" in row[arm]:
-                    print(f"[{trainer} {arm} L={length}] {row[arm]['error']}", file=sys.stderr)
-                elif row[arm].get("stopped"):
-                    print(
-                        f"[{trainer} {arm} L={length}] stopped at {row[arm]['rss_at_stop'] / GiB:.1f} GiB RSS "
-                        f"(limit {a.mem_limit_gb} GiB)",
-                        file=sys.stderr,
-                    )
-                elif row[arm]["row_length"] != length:
-                    print(
-                        f"[{trainer} {arm}] WARNING: rows had {row[arm]['row_length']} tokens, not {length}",
-                        file=sys.stderr,
-                    )
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
+            child_args = ["--trainer", trainer, "--length", str(length), *common]
+            problem = _arm_problem(length, a.mem_limit_gb)
+            rows.append(arms.run_arms(row, child_args, a.threads, f"{trainer} L={length}", problem))
 
     ckpt = "slimrl arm 'offload', stock TRL default" if a.offload else "TRL default"
     title = (
@@ -373,8 +288,7 @@ def main(argv=None) -> int:
     )
     print(title)
     print(render(*table_lines(rows), a.markdown))
-    args = {k: v for k, v in vars(a).items() if k not in ("child", "trainer")}
-    write_results(a.json, {"title": title, "args": args, "rows": rows})
+    write_results(a.json, {"title": title, "args": arms.recorded_args(a), "rows": rows})
     return 0
 
 

@@ -25,6 +25,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _arms import CPU_TRAINING_ARGS  # noqa: E402
 from _common import GiB, OverallPeak, pin_threads, render, run_self, step_timer, write_results  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,14 +80,8 @@ def child(arm: str, opts: dict) -> dict:
         max_completion_length=16,
         max_steps=opts["steps"],
         beta=0.04,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        dataloader_pin_memory=False,
         shuffle_dataset=False,
+        **CPU_TRAINING_ARGS,
     )
     trainer = GRPOTrainer(
         model=model,

@@ -18,19 +18,9 @@ import copy
 
 import torch
 
+import _harness as HS
 import _tiny as T
-from _parity import (
-    Sides,
-    Trace,
-    assert_inputs_match,
-    assert_metrics_match,
-    assert_steps_match,
-    finish_side,
-    sgd_step,
-    side_model,
-    side_state,
-    trainable,
-)
+from _parity import Sides, Trace, sgd_step, side_model, side_state
 
 SGD_LR, FULL_FT_SGD_LR = 0.1, 0.03
 
@@ -68,14 +58,7 @@ BASE_CONFIG = {
 
 
 def make_config(algorithm: str, output_dir: str, **overrides):
-    config_cls, _ = trl_classes(algorithm)
-    kw = dict(
-        output_dir=output_dir,
-        **T.PARITY_CONFIG,
-        **BASE_CONFIG[algorithm],
-    )
-    kw.update(overrides)
-    return config_cls(**kw)
+    return HS.parity_config(trl_classes(algorithm)[0], output_dir, BASE_CONFIG[algorithm], overrides)
 
 
 def build_trainer(algorithm: str, model, args, peft_config=None, reward=None, seed: int = 0, **trainer_kwargs):
@@ -105,15 +88,13 @@ def build_sides(
 ) -> Sides:
     """Six trainers on the same weights; `num_chunks` goes to the patched config only. `trainer_kwargs`: a callable
     (side -> extra trainer keywords), so each side gets its own reward model or judge."""
-    trainers = {}
-    for side in Sides._fields:
-        extra = {} if side != "patched" or num_chunks is None else {"slimrl_num_chunks": num_chunks}
-        with side_state(side, algorithm):
-            args = make_config(algorithm, output_dir, **config_kwargs, **extra)
-            kwargs = trainer_kwargs(side) if trainer_kwargs is not None else {}
-            trainer = build_trainer(algorithm, side_model(side, model_factory), args, peft_config, **kwargs)
-            trainers[side] = finish_side(side, trainer)
-    return Sides(**trainers)
+
+    def build_side(side: str):
+        args = make_config(algorithm, output_dir, **HS.side_config(side, config_kwargs, num_chunks))
+        kwargs = trainer_kwargs(side) if trainer_kwargs is not None else {}
+        return build_trainer(algorithm, side_model(side, model_factory), args, peft_config, **kwargs)
+
+    return HS.build_each_side(algorithm, build_side)
 
 
 def record_rollouts(algorithm: str, trainer, trace: Trace) -> None:
@@ -134,15 +115,14 @@ def record_rollouts(algorithm: str, trainer, trace: Trace) -> None:
 
     def recorded_inputs(inputs):
         out = prepare(inputs)
-        trace.inputs.append({k: v.detach().clone() for k, v in out.items() if isinstance(v, torch.Tensor)})
+        trace.inputs.append(HS.tensors_of(out))
         return out
 
     trainer._prepare_inputs = recorded_inputs
 
 
-def metrics_of(trainer) -> dict[str, list[float]]:
-    store = trainer.stats if hasattr(trainer, "stats") else trainer._metrics["train"]
-    return {k: list(v) for k, v in store.items()}
+def metrics_of(trainer) -> dict:
+    return trainer.stats if hasattr(trainer, "stats") else trainer._metrics["train"]
 
 
 def estimate_values(algorithm: str, trainers: Sides, seed: int = 99) -> None:
@@ -166,8 +146,7 @@ def batch_of(algorithm: str, trainer) -> object:
 
 
 def run_sides(algorithm: str, trainers: Sides, optimizer_steps: int = 2, lr=None, seed: int = 1234) -> Sides:
-    if lr is None:
-        lr = SGD_LR if hasattr(trainers.stock.model, "peft_config") else FULL_FT_SGD_LR
+    lr = HS.sgd_lr(trainers.stock.model, SGD_LR, FULL_FT_SGD_LR) if lr is None else lr
     traces = Sides(*(Trace() for _ in Sides._fields))
     estimate_values(algorithm, trainers)
     for trainer, trace in zip(trainers, traces):
@@ -180,17 +159,13 @@ def run_sides(algorithm: str, trainers: Sides, optimizer_steps: int = 2, lr=None
                     torch.manual_seed(seed + 100 * step + micro)
                     loss = trainer.training_step(trainer.model, copy.deepcopy(batch), None)
                 trace.losses.append(float(loss))
-                grads = {n: p.grad.detach().clone() for n, p in trainable(trainer.model).items() if p.grad is not None}
-                trace.grads.append(grads)
+                trace.grads.append(HS.gradients_of(trainer.model))
         for trainer in trainers:
             sgd_step(trainer, lr)
     for trainer, trace in zip(trainers, traces):
-        trace.params = {n: p.detach().clone() for n, p in trainable(trainer.model).items()}
-        trace.metrics = metrics_of(trainer)
+        HS.finish_trace(trace, trainer, metrics_of(trainer))
     return traces
 
 
 def assert_traces_match(traces: Sides) -> None:
-    assert_inputs_match(traces)
-    assert_steps_match(traces)
-    assert_metrics_match(traces)
+    HS.assert_traces_match(traces)

@@ -18,25 +18,13 @@ Choices, and why:
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
 from slimrl.testing import tiny_llama_config
 
+import _harness as HS
 import _tiny as T
-from _parity import (
-    Sides,
-    Trace,
-    assert_inputs_match,
-    assert_metrics_match,
-    assert_steps_match,
-    finish_side,
-    sgd_step,
-    side_model,
-    side_state,
-    trainable,
-)
+from _parity import Sides, Trace, side_model
 
 SLIMRL_HEAD, STOCK_HEAD = "slimrl/ops/logprob.py", "trl/trainer/utils.py"
 # The harness's SGD step (TRL's optimizer is not used). Full fine-tuning moves every weight, so it gets a smaller
@@ -101,28 +89,13 @@ def tiny_reward_model(seed: int = 0):
 
 
 def make_config(algorithm: str, output_dir: str, **overrides):
-    config_cls, _ = trl_classes(algorithm)
-    kw = dict(
-        output_dir=output_dir,
-        **T.PARITY_CONFIG,
-        max_length=48,
-    )
-    kw.update(overrides)
-    return config_cls(**kw)
+    return HS.parity_config(trl_classes(algorithm)[0], output_dir, {"max_length": 48}, overrides)
 
 
 def build_trainer(algorithm: str, model, args, peft_config=None, train_dataset=None, seed: int = 0):
     _, trainer_cls = trl_classes(algorithm)
-    torch.manual_seed(seed)
-    trainer = trainer_cls(
-        model=model,
-        args=args,
-        train_dataset=train_dataset or dataset(DATA_KIND[algorithm]),
-        processing_class=T.tokenizer(),
-        peft_config=copy.deepcopy(peft_config),
-    )
-    trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by Trainer.train otherwise
-    return trainer
+    train_dataset = train_dataset or dataset(DATA_KIND[algorithm])
+    return HS.build_offline_trainer(trainer_cls, model, args, peft_config, train_dataset, seed)
 
 
 def build_sides(
@@ -141,18 +114,16 @@ def build_sides(
     patched config only, `patched_model_setup(model)` prepares the patched side's model only (e.g. FastLanguageModel's
     checkpointing); `data()`, when given, builds each side's own dataset instead of `dataset(data_kind)`."""
     kind = data_kind or DATA_KIND[algorithm]
-    trainers = {}
-    for side in Sides._fields:
-        with side_state(side, algorithm):
-            extra = {}
-            model = side_model(side, model_factory)
-            if side == "patched":
-                extra = {**({} if num_chunks is None else {"slimrl_num_chunks": num_chunks}), **(patched_config or {})}
-                model = patched_model_setup(model) if patched_model_setup is not None else model
-            args = make_config(algorithm, output_dir, **{**config_kwargs, **extra})
-            train_dataset = dataset(kind) if data is None else data()
-            trainers[side] = finish_side(side, build_trainer(algorithm, model, args, peft_config, train_dataset))
-    return Sides(**trainers)
+
+    def build_side(side: str):
+        model = side_model(side, model_factory)
+        if side == "patched" and patched_model_setup is not None:
+            model = patched_model_setup(model)
+        args = make_config(algorithm, output_dir, **HS.side_config(side, config_kwargs, num_chunks, patched_config))
+        train_dataset = dataset(kind) if data is None else data()
+        return build_trainer(algorithm, model, args, peft_config, train_dataset)
+
+    return HS.build_each_side(algorithm, build_side)
 
 
 def enable_checkpointing_like_train(trainer) -> None:
@@ -169,42 +140,18 @@ def enable_checkpointing_like_train(trainer) -> None:
 
 def run_side(trainer, optimizer_steps: int = 2, lr: float | None = None, seed: int = 1234) -> Trace:
     """`optimizer_steps` steps of GA micro-steps through the trainer's own training_step, SGD in between."""
-    if lr is None:
-        lr = SGD_LR if hasattr(trainer.model, "peft_config") else FULL_FT_SGD_LR
-    trace = Trace()
+    lr = HS.sgd_lr(trainer.model, SGD_LR, FULL_FT_SGD_LR) if lr is None else lr
     enable_checkpointing_like_train(trainer)
-    ga = trainer.args.gradient_accumulation_steps
-    torch.manual_seed(seed)
-    epoch_iterator = iter(trainer.get_train_dataloader())
-    for _ in range(optimizer_steps):
-        batches, num_items = trainer.get_batch_samples(epoch_iterator, ga, trainer.args.device)
-        assert len(batches) == ga, "the dataset is too small for the requested steps"
-        for batch in batches:
-            trace.inputs.append({k: v.detach().clone() for k, v in batch.items() if isinstance(v, torch.Tensor)})
-            loss = trainer.training_step(trainer.model, batch, num_items)
-            trace.losses.append(float(loss))
-            trace.grads.append(
-                {n: p.grad.detach().clone() for n, p in trainable(trainer.model).items() if p.grad is not None}
-            )
-        sgd_step(trainer, lr)
-    trace.params = {n: p.detach().clone() for n, p in trainable(trainer.model).items()}
-    trace.metrics = {k: list(v) for k, v in trainer._metrics["train"].items()}
-    return trace
+    return HS.run_dataloader_side(trainer, lr, "_metrics", optimizer_steps, seed)
 
 
 def run_sides(algorithm: str, trainers: Sides, **kwargs) -> Sides:
     """Each side's whole run in its own state (the batches come from each side's own dataloader)."""
-    traces = {}
-    for side, trainer in zip(Sides._fields, trainers):
-        with side_state(side, algorithm):
-            traces[side] = run_side(trainer, **kwargs)
-    return Sides(**traces)
+    return HS.run_each_side(algorithm, trainers, run_side, **kwargs)
 
 
 def assert_traces_match(traces: Sides) -> None:
-    assert_inputs_match(traces)
-    assert_steps_match(traces)
-    assert_metrics_match(traces)
+    HS.assert_traces_match(traces)
     assert len(traces.patched.metrics["peak_memory_gb"]) == len(traces.stock.losses)
 
 

@@ -20,25 +20,58 @@ import copy
 
 import torch
 
+import _harness as HS
 import _tiny as T
-from _parity import (
-    Sides,
-    Trace,
-    assert_inputs_match,
-    assert_metrics_match,
-    assert_steps_match,
-    finish_side,
-    record_step_gradients,
-    sgd_step,
-    side_model,
-    side_state,
-    trainable,
-)
+from _harness import side_config  # tests and scripts/parity_spread.py call it as R.side_config
+from _parity import Sides, Trace, finish_side, record_step_gradients, sgd_step, side_model, side_state
 
 # The harness's own SGD step: large enough that the second step is clearly off-policy (ratios clip). Full
 # fine-tuning moves every weight, so it gets a smaller step: at 0.1 VESPO's gamma weights collapse to ~0 on the
 # second step and its loss becomes a cancellation of tiny terms.
 SGD_LR, FULL_FT_SGD_LR = 0.1, 0.03
+# GRPO/RLOO's own fields beside the shared parity arguments (_tiny.PARITY_CONFIG)
+RL_CONFIG = dict(per_device_train_batch_size=4, num_generations=2, max_completion_length=7, disable_dropout=True)
+
+
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]  # GRPOConfig.loss_type's values
+
+
+def loss_type_config(loss_type: str, sequence_level=("luspo",)) -> dict:
+    """A GRPO case of `loss_type` with every forward live: KL to a reference (beta 0.04) and old-policy ratios
+    (num_iterations 2). Sequence-level importance sampling for the types in `sequence_level` (LUSPO requires it)."""
+    return dict(
+        loss_type=loss_type,
+        importance_sampling_level="sequence" if loss_type in sequence_level else "token",
+        beta=0.04,
+        num_iterations=2,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=7,
+    )
+
+
+def model_factory(kind: str, saved_model: str | None = None):
+    """The cases' models: "memory" the tiny model, "saved" reloaded from `saved_model` (TRL rebuilds a full
+    fine-tuning reference from its path), "peft_model" wrapped by the user (TRL copies the adapter as the frozen
+    reference), "tied" with input and output embeddings shared."""
+    if kind == "tied":  # lm_head shares the embedding matrix: its gradient arrives from the head and the lookup
+        return lambda: T.tiny_model(0, tie_word_embeddings=True)
+    if kind == "saved":
+        return lambda: T.load_tiny(saved_model)
+    if kind == "peft_model":
+        return T.peft_model
+    return lambda: T.tiny_model(0)
+
+
+def enable_side_checkpointing(trainers: Sides, mode) -> None:
+    """Transformers' own checkpointing on TRL's sides, slimrl's `mode` (True, "offload") on the patched one."""
+    from slimrl.models.checkpointing import apply_checkpointing
+
+    for side, trainer in zip(Sides._fields, trainers):
+        if side == "patched":
+            apply_checkpointing(trainer.model, mode)
+        else:
+            trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def trl_classes(algorithm: str):
@@ -64,24 +97,7 @@ def dataset(n: int = 6):
 
 def make_config(algorithm: str, output_dir: str, **overrides):
     """A small CPU fp32 config; `overrides` win. Built in the current patch state (slimrl fields need the patch)."""
-    config_cls, _ = trl_classes(algorithm)
-    kw = dict(
-        output_dir=output_dir,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=7,
-        learning_rate=1e-2,
-        gradient_checkpointing=False,
-        seed=0,
-        disable_dropout=True,
-        dataloader_pin_memory=False,
-    )
-    kw.update(overrides)
-    return config_cls(**kw)
+    return HS.parity_config(trl_classes(algorithm)[0], output_dir, RL_CONFIG, overrides)
 
 
 def build_trainer(
@@ -103,14 +119,6 @@ def build_trainer(
     return trainer
 
 
-def side_config(side: str, config_kwargs: dict, num_chunks=None, patched_config=None) -> dict:
-    """The config of one side: the case's kwargs, plus slimrl's own fields on the patched side only."""
-    if side != "patched":
-        return dict(config_kwargs)
-    extra = {} if num_chunks is None else {"slimrl_num_chunks": num_chunks}
-    return {**config_kwargs, **extra, **(patched_config or {})}
-
-
 def build_sides(
     algorithm: str,
     model_factory,
@@ -123,15 +131,26 @@ def build_sides(
 ) -> Sides:
     """Stock, patched and reference trainers on the same weights; `num_chunks` and `patched_config` go to the patched
     config only (slimrl's fields); `trainer_kwargs` to every side's trainer (see `build_trainer`)."""
-    trainers = {}
-    for side in Sides._fields:
-        with side_state(side, algorithm):
-            args = make_config(algorithm, output_dir, **side_config(side, config_kwargs, num_chunks, patched_config))
-            model = side_model(side, model_factory)
-            trainers[side] = finish_side(
-                side, build_trainer(algorithm, model, args, peft_config, **(trainer_kwargs or {}))
-            )
-    return Sides(**trainers)
+
+    def build_side(side: str):
+        args = make_config(algorithm, output_dir, **side_config(side, config_kwargs, num_chunks, patched_config))
+        model = side_model(side, model_factory)
+        return build_trainer(algorithm, model, args, peft_config, **(trainer_kwargs or {}))
+
+    return HS.build_each_side(algorithm, build_side)
+
+
+def build_case(
+    algorithm: str, tmp_path, kind: str, saved_model, config: dict, lora: bool, checkpointing=None, **patched
+) -> Sides:
+    """The sides of one parity case: the model of `kind` (`model_factory`), LoRA adapters from `peft_config` when
+    `lora`, `patched` (`num_chunks`, `patched_config`) for the patched side's config, then `checkpointing` (True,
+    "offload") as `enable_side_checkpointing` sets it."""
+    peft_config = T.lora_config() if lora else None
+    trainers = build_sides(algorithm, model_factory(kind, saved_model), config, str(tmp_path), peft_config, **patched)
+    if checkpointing is not None:
+        enable_side_checkpointing(trainers, checkpointing)
+    return trainers
 
 
 def generation_batch(args) -> list[dict]:
@@ -147,8 +166,8 @@ def micro_step(trainer, gen_batch, seed: int, trace: Trace) -> None:
     loss = trainer.training_step(trainer.model, gen_batch, None)
     trace.losses.append(float(loss))
     buffered = trainer._buffered_inputs[step % trainer.args.steps_per_generation]
-    trace.inputs.append({k: v.detach().clone() for k, v in buffered.items() if isinstance(v, torch.Tensor)})
-    trace.grads.append({n: p.grad.detach().clone() for n, p in trainable(trainer.model).items() if p.grad is not None})
+    trace.inputs.append(HS.tensors_of(buffered))
+    trace.grads.append(HS.gradients_of(trainer.model))
 
 
 def run_sides(
@@ -161,8 +180,7 @@ def run_sides(
 ) -> Sides:
     """`optimizer_steps` steps on every side, in lock-step; each side's calls run in its own patch state.
     `gen_batch`: the generation batch's rows (default: `generation_batch` of the tiny prompts)."""
-    if lr is None:
-        lr = SGD_LR if hasattr(trainers.stock.model, "peft_config") else FULL_FT_SGD_LR
+    lr = HS.sgd_lr(trainers.stock.model, SGD_LR, FULL_FT_SGD_LR) if lr is None else lr
     gen_batch = gen_batch or generation_batch(trainers.stock.args)
     traces = Sides(*(Trace() for _ in Sides._fields))
     for step in range(optimizer_steps):
@@ -173,15 +191,12 @@ def run_sides(
         for trainer in trainers:
             sgd_step(trainer, lr)
     for trainer, trace in zip(trainers, traces):
-        trace.params = {n: p.detach().clone() for n, p in trainable(trainer.model).items()}
-        trace.metrics = {k: list(v) for k, v in trainer._metrics["train"].items()}
+        HS.finish_trace(trace, trainer, trainer._metrics["train"])
     return traces
 
 
 def assert_traces_match(traces: Sides) -> None:
-    assert_inputs_match(traces)
-    assert_steps_match(traces)
-    assert_metrics_match(traces)
+    HS.assert_traces_match(traces)
 
 
 def train_side(

@@ -15,6 +15,7 @@ import torch
 
 from slimrl.testing_vision import draw_shapes, tiny_processor, tiny_vlm
 
+import _harness as HS
 import _pref_parity as PP
 import _rl_parity as R
 from _parity import Sides, finish_side, side_model, side_state
@@ -114,8 +115,7 @@ def run_sides(algorithm: str, trainers: Sides, optimizer_steps: int = 2, seed: i
         for trainer in trainers:
             R.sgd_step(trainer, R.SGD_LR)
     for trainer, trace in zip(trainers, traces):
-        trace.params = {n: p.detach().clone() for n, p in R.trainable(trainer.model).items()}
-        trace.metrics = {k: list(v) for k, v in trainer._metrics["train"].items()}
+        HS.finish_trace(trace, trainer, trainer._metrics["train"])
     return traces
 
 

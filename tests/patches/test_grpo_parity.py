@@ -22,16 +22,6 @@ SLIMRL_HEAD = "slimrl/ops/logprob.py"
 REFERENCE_HEAD = "tests/patches/_reference.py"
 
 
-def _model_factory(kind, saved_model):
-    if kind == "tied":  # lm_head shares the embedding matrix: its gradient arrives from the head and the lookup
-        return lambda: T.tiny_model(0, tie_word_embeddings=True)
-    if kind == "saved":
-        return lambda: T.load_tiny(saved_model)
-    if kind == "peft_model":  # the user wraps the model; TRL then copies the adapter as the frozen reference
-        return T.peft_model
-    return lambda: T.tiny_model(0)
-
-
 def _head(model) -> str:
     return model.forward.__func__.__code__.co_filename
 
@@ -50,36 +40,19 @@ def _check_heads(trainers):
 
 
 def _run_case(tmp_path, kind, saved_model, config, lora, num_chunks):
-    trainers = R.build_sides(
-        ALGO,
-        _model_factory(kind, saved_model),
-        config,
-        str(tmp_path),
-        peft_config=T.lora_config() if lora else None,
-        num_chunks=num_chunks,
-    )
+    trainers = R.build_case(ALGO, tmp_path, kind, saved_model, config, lora, num_chunks=num_chunks)
     _check_heads(trainers)
     traces = R.run_sides(ALGO, trainers)
     R.assert_traces_match(traces)
     return trainers.stock, trainers.patched, traces
 
 
-LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
 PPO_CLIP = {"grpo", "bnpo", "dr_grpo", "dapo", "luspo"}
 
 
-@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+@pytest.mark.parametrize("loss_type", R.LOSS_TYPES)
 def test_loss_types_lora_with_reference(tmp_path, unpatched, saved_model, loss_type):
-    level = "sequence" if loss_type == "luspo" else "token"  # TRL requires sequence-level ratios for LUSPO
-    config = dict(
-        loss_type=loss_type,
-        importance_sampling_level=level,
-        beta=0.04,
-        num_iterations=2,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=7,
-    )
+    config = R.loss_type_config(loss_type)
     stock, patched, (s, *_) = _run_case(tmp_path, "memory", saved_model, config, lora=True, num_chunks=3)
     assert all("old_per_token_logps" in x and "ref_per_token_logps" in x for x in s.inputs)
     # The reference (adapter disabled) is not the policy: the KL term is live from the first step

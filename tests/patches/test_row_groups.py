@@ -27,31 +27,8 @@ import _rl_parity as R
 import _tiny as T
 
 
-def _factory(kind, saved_model):
-    if kind == "saved":
-        return lambda: T.load_tiny(saved_model)
-    if kind == "peft_model":
-        return T.peft_model
-    return lambda: T.tiny_model(0)
-
-
 def _run(algorithm, tmp_path, kind, saved_model, config, lora, patched, checkpointing=None):
-    trainers = R.build_sides(
-        algorithm,
-        _factory(kind, saved_model),
-        config,
-        str(tmp_path),
-        peft_config=T.lora_config() if lora else None,
-        patched_config=patched,
-    )
-    if checkpointing is not None:  # transformers' own checkpointing on TRL's sides, slimrl's mode on the patched one
-        from slimrl.models.checkpointing import apply_checkpointing
-
-        for side, trainer in zip(P.Sides._fields, trainers):
-            if side == "patched":
-                apply_checkpointing(trainer.model, checkpointing)
-            else:
-                trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    trainers = R.build_case(algorithm, tmp_path, kind, saved_model, config, lora, checkpointing, patched_config=patched)
     traces = R.run_sides(algorithm, trainers)
     R.assert_traces_match(traces)
     return trainers, traces
@@ -68,22 +45,10 @@ def _assert_trimmed(trainer):
     assert stats.trimmed_calls > 0 and stats.positions_forwarded < stats.positions_padded, stats
 
 
-LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
-
-
-@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+@pytest.mark.parametrize("loss_type", R.LOSS_TYPES)
 def test_grpo_loss_types_one_row_per_group(tmp_path, unpatched, saved_model, loss_type):
     """Each row its own group (its own graph and backward) and its own padding-free forward."""
-    level = "sequence" if loss_type in ("luspo", "grpo") else "token"
-    config = dict(
-        loss_type=loss_type,
-        importance_sampling_level=level,
-        beta=0.04,
-        num_iterations=2,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=7,
-    )
+    config = R.loss_type_config(loss_type, sequence_level=("luspo", "grpo"))
     trainers, traces = _run("grpo", tmp_path, "memory", saved_model, config, True, {rules.ROWS_FIELD: 1})
     stats = _assert_grouped(trainers.patched)
     assert stats.groups == 4 * stats.grouped_steps and stats.grouped_passes >= 2  # old-policy and reference passes

@@ -27,32 +27,14 @@ from _reference import naive_fused_lm_head, perturb_rounding
 SHARE = {rules.CONFIG_FIELD: True}
 
 
-def _factory(kind, saved_model):
-    if kind == "saved":
-        return lambda: T.load_tiny(saved_model)
-    if kind == "peft_model":
-        return T.peft_model
-    return lambda: T.tiny_model(0)
-
-
 def _run(algorithm, tmp_path, kind, saved_model, config, lora, chunks=None, checkpointing=None):
-    trainers = R.build_sides(
-        algorithm,
-        _factory(kind, saved_model),
-        config,
-        str(tmp_path),
-        peft_config=T.lora_config() if lora else None,
-        num_chunks=chunks,
-        patched_config=SHARE,
+    trainers = R.build_case(
+        algorithm, tmp_path, kind, saved_model, config, lora, checkpointing, num_chunks=chunks, patched_config=SHARE
     )
-    if checkpointing is not None:  # transformers' own checkpointing on TRL's sides, slimrl's mode on the patched one
-        from slimrl.models.checkpointing import apply_checkpointing, is_checkpointing_active
+    if checkpointing is not None:
+        from slimrl.models.checkpointing import is_checkpointing_active
 
         for side, trainer in zip(P.Sides._fields, trainers):
-            if side == "patched":
-                apply_checkpointing(trainer.model, checkpointing)
-            else:
-                trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             assert is_checkpointing_active(trainer.model), side
     traces = R.run_sides(algorithm, trainers)
     R.assert_traces_match(traces)
@@ -63,21 +45,9 @@ def _run(algorithm, tmp_path, kind, saved_model, config, lora, chunks=None, chec
     return trainers, traces, stats
 
 
-LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
-
-
-@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+@pytest.mark.parametrize("loss_type", R.LOSS_TYPES)
 def test_grpo_loss_types_shared(tmp_path, unpatched, saved_model, loss_type):
-    level = "sequence" if loss_type in ("luspo", "grpo") else "token"  # LUSPO requires it; GRPO covers GSPO
-    config = dict(
-        loss_type=loss_type,
-        importance_sampling_level=level,
-        beta=0.04,
-        num_iterations=2,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=7,
-    )
+    config = R.loss_type_config(loss_type, sequence_level=("luspo", "grpo"))  # GRPO's case covers GSPO
     trainers, traces, stats = _run("grpo", tmp_path, "memory", saved_model, config, lora=True, chunks=3)
     assert all("old_per_token_logps" in x and "ref_per_token_logps" in x for x in traces.stock.inputs)
     assert max(trainers.stock._metrics["train"]["kl"]) > 0
