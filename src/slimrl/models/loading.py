@@ -16,6 +16,7 @@ Choices:
   `device_map="cpu"` (bitsandbytes needs it); otherwise transformers' default (CPU) stands.
 - Tokenizer: a missing pad token becomes eos (or unk); a missing chat template becomes ChatML; both are logged.
   `apply_chat_template(..., tokenize=True)` returns the ids as in transformers 4.x (chat_template_ids.py).
+  `model.generate` runs with the KV cache on and checkpointing off for the call, as Unsloth's (cached_generate.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 
 from ..notices import notice
 from ..state import model_state
-from . import adapters, chat_template_ids, embedded, quantization
+from . import adapters, cached_generate, chat_template_ids, embedded, quantization
 from .sources import check_local_source, hub_error, looks_like_path, pickle_only_error
 
 logger = logging.getLogger("slimrl")
@@ -288,6 +289,7 @@ def load_model_and_tokenizer(
         logger.info("bitsandbytes CPU repack path disabled on %d Linear4bit layers (it drops gradients)", count)
     prepare_tokenizer(tokenizer, model)
     chat_template_ids.swap_in(tokenizer)  # apply_chat_template(tokenize=True) -> ids, as in transformers 4.x
+    cached_generate.swap_in(model)  # model.generate: KV cache on, checkpointing off for the call (as Unsloth's)
 
     max_positions = getattr(model.config, "max_position_embeddings", None)
     if max_positions is not None and max_seq_length > max_positions:

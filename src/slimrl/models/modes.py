@@ -14,6 +14,8 @@ Choices:
 
 from __future__ import annotations
 
+import contextlib
+
 from ..state import model_state
 from . import checkpointing
 
@@ -45,6 +47,26 @@ def _switch(model, training: bool):
     if tokenizer is not None:
         tokenizer.padding_side = "right" if training else "left"
     return model
+
+
+@contextlib.contextmanager
+def cache_on_checkpointing_off(model):
+    """The KV cache on and checkpointing off inside the block, then exactly the settings before; train/eval and the
+    tokenizer untouched (neither changes a number: TRL's sampling in train mode keeps its dropout)."""
+    configs = _configs(model)
+    caches = [config.use_cache for config in configs]
+    switch = checkpointing.checkpointing_mode(model) and checkpointing.is_checkpointing_active(model)
+    for config in configs:
+        config.use_cache = True
+    if switch:
+        checkpointing.set_checkpointing_active(model, False)
+    try:
+        yield model
+    finally:
+        for config, cache in zip(configs, caches):
+            config.use_cache = cache
+        if switch:
+            checkpointing.set_checkpointing_active(model, True)
 
 
 def for_inference(model):
