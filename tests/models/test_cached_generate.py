@@ -71,6 +71,14 @@ def test_without_the_swap_older_transformers_generate_wrong_tokens_after_trainin
     assert not torch.equal(unswapped, swapped)
 
 
+def test_without_fast_inference_fast_generate_is_generate(trained):
+    model, tokenizer = trained
+    prompt = tokenizer("the cat sat", return_tensors="pt")
+    out = model.fast_generate(**prompt, max_new_tokens=3, do_sample=False)
+    assert torch.equal(out, model.generate(**prompt, max_new_tokens=3, do_sample=False))
+    assert model.get_base_model().fast_generate is model.get_base_model().generate
+
+
 def test_a_batch_encoding_as_input_ids_is_taken_with_a_notice(trained, caplog):
     model, tokenizer = trained
     encoding = tokenizer(["the cat sat"], return_tensors="pt")

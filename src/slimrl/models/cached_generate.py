@@ -10,6 +10,8 @@ later reaches it through its base) each call runs inside `modes.cache_on_checkpo
    mode and slimrl keeps its numbers; for eval-mode generation call `FastLanguageModel.for_inference(model)` first.
 2. `generate(input_ids=tokenizer(...))` (a BatchEncoding, as older notebooks pass it) gets the encoding's fields as
    keywords, as transformers 4.x took it, with one notice; transformers 5 fails on it.
+3. Without `fast_inference=True`, `model.fast_generate` is this same `generate`, as in Unsloth (with it, the vLLM
+   engine's, generation/fast_generate.py, replaces it).
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ def swap_in(model) -> None:
     """Give `model` (a transformers model with `generate`) the cached generate; once."""
     if NAME in vars(model) or not callable(getattr(type(model), NAME, None)):
         return
-    swaps.swap(model, NAME, CachedGenerate(model), "model.generate: KV cache on, checkpointing off for the call")
+    cached = CachedGenerate(model)
+    swaps.swap(model, NAME, cached, "model.generate: KV cache on, checkpointing off for the call")
+    swaps.swap(model, "fast_generate", cached, "without fast_inference: fast_generate is generate, as in Unsloth")
 
 
 def is_swapped(model) -> bool:
