@@ -21,10 +21,6 @@ KNOWN_MISSING = [
     ("It prints `held-out accuracy: 0.14 -> 0.90`", "bench/quickstart.py"),
     # api.md, cli.md
     ("The first load dequantizes it once (about 30 s)", "no script: the first load's time"),
-    ("On a 2-core CPU it takes under 15 minutes", "bench/embedded_grpo.py"),
-    ("| `--max_steps` | 30 | -1 (epochs) | 6-13 min on a 2-core CPU |", "bench/embedded_grpo.py"),
-    ("| wall time, install included (load + eval before", "bench/embedded_grpo.py"),
-    ("Two more runs of the same recipe (1 thread each", "bench/embedded_grpo.py"),
     # distillation.md, online-trainers.md, vision.md (their JSON at bench/results/ predates the provenance convention)
     ("Stock GKD and GOLD run the student, keep its logits for the backward", "bench/distill_memory.py"),
     (
