@@ -97,18 +97,7 @@ def dataset(algorithm: str, n: int = 12):
 
 def make_config(algorithm: str, output_dir: str, **overrides):
     config_cls, _ = trl_classes(algorithm)
-    kw = dict(
-        output_dir=output_dir,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        per_device_train_batch_size=3,
-        learning_rate=1e-2,
-        gradient_checkpointing=False,
-        seed=0,
-        dataloader_pin_memory=False,
-    )
+    kw = dict(T.PARITY_CONFIG, output_dir=output_dir)
     if algorithm == "gkd":
         kw.update(max_length=48, max_new_tokens=6, lmbda=0.0)
     elif algorithm == "gold":
