@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 import torch
 
-torch.set_num_threads(1)
 sys.path.insert(0, str(Path(__file__).parent))  # _export_helpers, _tiny_bpe, _hub_standin
 
 

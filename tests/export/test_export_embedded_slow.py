@@ -46,7 +46,6 @@ def _answers(model, tokenizer, max_new_tokens=12):
 
 @pytest.fixture(scope="module")
 def embedded_adapter():
-    torch.set_num_threads(1)
     model, tokenizer = FastLanguageModel.from_pretrained("smollm2-135m", dtype=torch.float32)
     model = FastLanguageModel.get_peft_model(model, r=8, lora_alpha=16, use_gradient_checkpointing=False)
     generator = torch.Generator().manual_seed(0)

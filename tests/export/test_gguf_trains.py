@@ -1,7 +1,7 @@
 """A model loaded from a GGUF file trains under the patched GRPOTrainer without `processing_class`: TRL would reload a
 processor by the model's name (a cache folder or a .gguf path it cannot read); slimrl hands it the tokenizer
 FastLanguageModel.from_pretrained returned with the model (the embedded model takes the same path; its run is in the
-slow tier, tests/cli/test_embedded_slow.py)."""
+nightly tier, tests/cli/test_embedded_grpo_nightly.py)."""
 
 import torch
 from datasets import Dataset

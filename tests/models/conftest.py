@@ -1,11 +1,8 @@
-"""Shared fixtures for the models tests: tiny saved models, fp32, one thread."""
+"""Shared fixtures for the models tests: tiny saved models, fp32."""
 
 import pytest
-import torch
 
 from slimrl.state import model_state
-
-torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
-"""The bare `slimrl grpo` on the embedded SmolLM2-135M (about 10 min on 2 CPU cores): reward and held-out accuracy rise.
+"""The bare `slimrl grpo` on the embedded SmolLM2-135M (about 10 min on 2 CPU cores, every core): reward and held-out
+accuracy rise.
 
-It runs with `--seed 1`, not the default seed the README's measured run used, so the slow tier is also a second,
+It runs with `--seed 1`, not the default seed the README's measured run used, so the nightly tier is also a second,
 independent check that the gain is robust (other problems held out, other worked examples, other samples).
 """
 
@@ -9,8 +10,8 @@ import json
 import pytest
 
 
-@pytest.mark.slow
-def test_default_command_raises_reward_and_accuracy(tmp_path):
+@pytest.mark.nightly
+def test_default_command_raises_reward_and_accuracy(tmp_path, all_cores):
     pytest.importorskip("gguf")
     import importlib.util
 
