@@ -20,7 +20,6 @@ KNOWN_MISSING = [
     ),
     ("It prints `held-out accuracy: 0.14 -> 0.90`", "bench/quickstart.py"),
     # api.md, cli.md
-    ("The first load dequantizes it once (about 30 s)", "no script: the first load's time"),
     # distillation.md, online-trainers.md, vision.md (their JSON at bench/results/ predates the provenance convention)
     ("Stock GKD and GOLD run the student, keep its logits for the backward", "bench/distill_memory.py"),
     (
@@ -28,13 +27,10 @@ KNOWN_MISSING = [
         "bench/distill_memory.py, bench/online_memory.py",
     ),
     ("GKD and GOLD train off-policy here (`lmbda=0`)", "bench/distill_memory.py"),
-    ("`tests/cli/test_embedded_gkd_nightly.py` (nightly tier: about 30 minutes", "no script: a test's duration"),
     ("| arm | peak RSS | s/step | images encoded (3 steps) |", "bench/vision_memory.py"),
     # export.md
     ("| export | size | completions equal to the adapter's |", "bench/export_roundtrip.py"),
-    ("`tests/export/` (default tier, ~15 s)", "no script: a test file's duration"),
     # gpu-and-benchmarks.md
-    ("43 MiB in all, checked against a 50 MiB budget", "scripts/gpu_wheels.sh (prints the total)"),
     ("Device: **NVIDIA H100 80GB HBM3**", "bench/gpu_memory.py and scripts/test_gpu.sh"),
     ("| model | completion | arm | peak GiB | reserved GiB |", "bench/gpu_memory.py --only grpo"),
     ("| model | trainer | tokens | arm | peak GiB | s/step |", "bench/gpu_memory.py --only pref"),
@@ -42,14 +38,8 @@ KNOWN_MISSING = [
     ("| model | arm | longest completion that fits |", "bench/gpu_memory.py --only bisect"),
     ("Of the\n8B × 8 × 8K offload peak (39.6 GiB)", "bench/gpu_memory.py"),
     # gpu-benchmarks.md
-    ("stay under 64 MiB together;", "scripts/gpu_wheels.sh and scripts/unsloth_wheels.sh (print the totals)"),
     ("Against the eight H100 peaks measured earlier", "bench/gpu_memory.py (tests/bench/test_gpu_memory_bench.py)"),
     # install.md
-    ("at once (0.2 s measured). A first install takes a few minutes", "no script: the install's time"),
-    (
-        "It exits 1 when a seam moved. The report is printed and written as JSON",
-        "no script: scripts/check_upstream.sh's time",
-    ),
     # memory.md
     ("| variant | extra memory | time |", "bench/grpo_memory.py --kernel"),
     ("| vocab | completion | stock peak GiB | slimrl peak GiB |", "bench/grpo_memory.py"),
@@ -57,16 +47,7 @@ KNOWN_MISSING = [
     ("At 2048 tokens the ORPO/CPO step peak is **0.09×**", "bench/preference_memory.py"),
     # long-context.md (its JSON at bench/results/ predates the provenance convention)
     ("| arm | working GiB | x stock | peak GiB | s/step |", "bench/long_context_cpu.py"),
-    # unsloth-notebooks.md (a notebook run with a new user's changes: examples/notebooks/ and scripts/test_notebooks.sh
-    # run the tier; the table's runs were not written by a bench script)
-    (
-        "| notebook | plain | `fast_inference=True` | cause of each failure |",
-        "no script: Unsloth's notebooks run with a new user's changes",
-    ),
-    ("1. Change `from unsloth import FastLanguageModel` to `from slimrl im", "no script: a first engine build's time"),
     # parity.md
-    ("A fixed `rtol` of 1e-5 passed where it was tuned and failed on an AMD EPYC", "scripts/parity_margins.py"),
-    ("A case's detection floor is the smallest change of one weight", "scripts/parity_floor.py"),
     ("Measured with `OMP_NUM_THREADS=1` on a 2-core AVX2 machine (no AVX-512)", "scripts/parity_floor.py"),
     ("| case | floor, bisected | floor, predicted | untampered e/bound |", "scripts/parity_floor.py"),
     ("| control | test | e/bound | earlier rule |", "scripts/parity_margins.py"),
@@ -76,7 +57,6 @@ KNOWN_MISSING = [
     ("**Measured** (the bare `slimrl ppo`, seed 42", "no script: a `slimrl ppo` run (bench/embedded_grpo.py's kind)"),
     ("| arm | models | static GiB | peak GiB | peak / four-model |", "bench/ppo_memory.py"),
     ("like for like, a full-model policy takes 0.56×", "bench/ppo_memory.py"),
-    ("`tests/ppo/` (default tier, tiny random models, under 5 s each)", "no script: test durations"),
     # reliability.md
     ("| run (each dominated by a different term) | measured | planned |", "bench/plan_accuracy.py"),
     ("Measured with `PYTHONPATH=src python bench/plan_accuracy.py`", "bench/plan_accuracy.py"),
@@ -90,7 +70,6 @@ KNOWN_MISSING = [
     ("The largest absolute loss difference was 2.4e-8 (GRPO)", "SLIMRL_PARITY_REPORT of scripts/test_distributed.sh"),
     ("| vocab | completion | processes | arm | per-rank peak MiB |", "bench/ddp_memory.py"),
     ("the 2-process ranks are\n  within a few MiB of the 1-process run", "bench/ddp_memory.py"),
-    ("# 2-process CPU tier (DDP, ZeRO-2/3 via .venv-deepspeed", "no script: the tiers' durations"),
     # shared-prefix.md
     ("| shape | per-row (TRL) | packed (chosen) | prompt KV cache |", "bench/shared_prefix_ops.py --mechanisms"),
     ("| model | prompt | completion | prompts per batch | estimate | measured |", "bench/shared_prefix_ops.py --sweep"),
@@ -100,7 +79,6 @@ KNOWN_MISSING = [
     ("| case | arm | s/step | vs off | peak GiB | vs off | fwd s |", "bench/shared_prefix.py --cases vllm"),
     ("The GRPO step with vLLM rollouts and sharing is 4.50 s", "bench/shared_prefix.py --cases vllm"),
     # vllm.md
-    ("`.venv-vllm` (about 3 minutes the first time)", "no script: the install's time"),
     ("| arm | tokens/s, batch 8 | tokens/s, batch 64 |", "bench/rollout_speed.py"),
     ("| rollouts | s/step | of which rollout | peak RSS |", "bench/rollout_speed.py"),
     ("- **GRPO step on CPU: 0.72×.**", "bench/rollout_speed.py"),
