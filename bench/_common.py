@@ -56,8 +56,14 @@ def is_bench_script(main_file: str | None) -> bool:
     return bool(main_file) and os.path.dirname(os.path.abspath(main_file)) == os.path.join(ROOT, "bench")
 
 
-if is_bench_script(getattr(sys.modules.get("__main__"), "__file__", None)) and not isinstance(sys.stdout, _KeptStdout):
-    sys.stdout = _KeptStdout(sys.stdout)
+def keep_stdout() -> None:
+    """Keep a copy of what this process prints from now on, for write_results (a bench script does so on import)."""
+    if not isinstance(sys.stdout, _KeptStdout):
+        sys.stdout = _KeptStdout(sys.stdout)
+
+
+if is_bench_script(getattr(sys.modules.get("__main__"), "__file__", None)):
+    keep_stdout()
 
 
 def _git(*args: str) -> str | None:

@@ -4,6 +4,10 @@ rule (tests/patches/_parity.py), found by bisection.
     python3 scripts/parity_floor.py survey OUT [pytest args]   # three runs over the cases: delta 0, 1e-5, 2e-5
     python3 scripts/parity_floor.py bisect OUT [-k SUBSTRING]  # per case: bisect around the survey's prediction
     python3 scripts/parity_floor.py table OUT                  # markdown: floor, margin, detecting check per case
+    python3 scripts/parity_floor.py report OUT --json FILE     # the tables of docs/parity.md, and its results file
+
+`survey --deltas 0 1e-5` runs only those changes (enough for `report`'s margins and detection at 1e-5; the prediction
+needs all three).
 
 The weight is element [0, 0] of the first decoder layer's MLP up-projection of the patched side's policy
 (`_parity.nudge_one_weight`, applied when SLIMRL_PARITY_NUDGE is set); the other five sides are untouched. Runs record
@@ -32,9 +36,14 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+import parity_margins  # noqa: E402
+
 SURVEY_DELTAS = (0.0, 1e-5, 2e-5)
 BRACKET = 1.11  # bisection stops when the failing and passing deltas are within 11%
 MAX_ROUNDS = 12
+# the settings that emulate other CPUs (docs/parity.md, "Margins on other CPUs"), recorded in a report's results file
+ENV_SETTINGS = ("OMP_NUM_THREADS", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "ATEN_CPU_CAPABILITY")
 GUESS_RANGE = (1e-7, 1e-3)  # a prediction outside (a discrete metric flipping) starts the bracket at its edge
 
 
@@ -104,15 +113,17 @@ def predicted_floor(runs: list[dict], delta: float) -> tuple[float, str]:
     return best, where
 
 
-def survey(out: Path, pytest_args: list[str]) -> None:
+def survey(out: Path, pytest_args: list[str], deltas=SURVEY_DELTAS) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    for delta in SURVEY_DELTAS:
+    for delta in deltas:
         print(f"survey at delta {delta:g} ...", flush=True)
         run_pytest(pytest_args or ["tests/patches", "tests/ops"], out / f"survey_{delta:g}.jsonl", delta)
 
 
 def surveyed(out: Path) -> list[dict]:
-    return [load(out / f"survey_{delta:g}.jsonl") for delta in SURVEY_DELTAS]
+    """The survey's runs, at each of SURVEY_DELTAS; an empty dict for a change not run."""
+    paths = [out / f"survey_{delta:g}.jsonl" for delta in SURVEY_DELTAS]
+    return [load(path) if path.exists() else {} for path in paths]
 
 
 def next_delta(state: dict) -> float | None:
@@ -162,41 +173,86 @@ def run_bisect(out: Path, only: str | None) -> None:
         floors_path.write_text(json.dumps(floors, indent=1))
 
 
-def table(out: Path) -> None:
+def case_rows(out: Path) -> list[dict]:
+    """Per case: its untampered margin and, where the change reaches a trainer, its margin at SURVEY_DELTAS[1], its
+    predicted floor (when the survey ran every change) and its bisected floor (when `bisect` ran)."""
     runs0, run1, run2 = surveyed(out)
     floors_path = out / "floors.json"
     floors = json.loads(floors_path.read_text()) if floors_path.exists() else {}
-    print(
-        f"| case | floor (bisected) | predicted | untampered e/bound | e/bound at {SURVEY_DELTAS[1]:g} | detected by |"
-    )
-    print("|---|---|---|---|---|---|")
+    rows = []
     for case in sorted(runs0):
-        margin, _ = worst(runs0[case]["checks"])
-        name = case.split("tests/", 1)[-1]
-        if not run1.get(case, {}).get("nudged"):
-            print(f"| {name} | n/a: no trainer of its own to change | | {margin:.2f} | | |")
+        row = {"case": case.split("tests/", 1)[-1], "untampered": worst(runs0[case]["checks"])[0]}
+        if run1.get(case, {}).get("nudged"):
+            checks = [runs0[case]["checks"], run1[case]["checks"], run2.get(case, {}).get("checks", {})]
+            row["at_delta"] = nudged_margin(checks[0], checks[1])
+            row["predicted"], row["detected_by"] = predicted_floor(checks, SURVEY_DELTAS[1]) if run2 else (None, "")
+            if case in floors:
+                row["floor"], row["detected_by"] = floors[case]["floor"], floors[case]["detected_by"]
+        rows.append(row)
+    return rows
+
+
+def _e(value) -> str:
+    return "-" if value is None else f"{value:.2e}"
+
+
+def table(out: Path) -> list[dict]:
+    rows = case_rows(out)
+    columns = f"floor, bisected | floor, predicted | untampered e/bound | e/bound at {SURVEY_DELTAS[1]:g}"
+    print(f"| case | {columns} | detected by |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        if "at_delta" not in row:
+            print(f"| {row['case']} | n/a: no trainer of its own to change | | {row['untampered']:.2f} | | |")
             continue
-        checks = [runs0[case]["checks"], run1[case]["checks"], run2[case]["checks"]]
-        guess, where = predicted_floor(checks, SURVEY_DELTAS[1])
-        measured = floors.get(case)
-        floor = f"{measured['floor']:.2e}" if measured else "-"
-        detector = measured["detected_by"] if measured else where
-        at_delta = nudged_margin(checks[0], checks[1])
-        print(f"| {name} | {floor} | {guess:.2e} | {margin:.2f} | {at_delta:.2f} | {detector} |")
+        cells = [_e(row.get("floor")), _e(row["predicted"]), f"{row['untampered']:.2f}", f"{row['at_delta']:.2f}"]
+        print(f"| {row['case']} | {' | '.join(cells)} | {row['detected_by']} |")
+    return rows
+
+
+def report(out: Path, json_path: str | None) -> None:
+    """The margins row (parity_margins over the untampered run), the negative controls, the detection at
+    SURVEY_DELTAS[1], then the cases' table; with --json, the results file of all of it."""
+    untampered = [str(out / "survey_0.jsonl")]
+    kinds = parity_margins.summarise(untampered)
+    controls = parity_margins.controls(untampered)
+    parity_margins.print_tables(kinds, controls)
+    rows = [row for row in table(out) if not parity_margins.is_control(row["case"])]
+    reached = [row["at_delta"] for row in rows if "at_delta" in row]
+    detection = min(reached, default=None)
+    print(f"\ndetection at {SURVEY_DELTAS[1]:g}: smallest e/bound {detection:.2f} over {len(reached)} cases")
+    if json_path:
+        from bench._common import write_results
+
+        env = {name: os.environ.get(name) for name in ENV_SETTINGS}
+        env["OMP_NUM_THREADS"] = env["OMP_NUM_THREADS"] or "1"  # run_pytest's default
+        fields = ("kind", "checks", "max_e_over_bound", "max_e_over_e_stock", "tightest")
+        data = {"environment": env, "kinds": [dict(zip(fields, k)) for k in kinds], "controls": controls}
+        data["detection_at_delta"] = {"delta": SURVEY_DELTAS[1], "smallest_e_over_bound": detection}
+        data |= {"cases_at_delta": len(reached), "cases": rows}
+        write_results(json_path, data)
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("survey", "bisect", "table"))
+    parser.add_argument("command", choices=("survey", "bisect", "table", "report"))
     parser.add_argument("out", type=Path)
     parser.add_argument("-k", dest="only", default=None, help="bisect only cases whose id contains this")
+    parser.add_argument("--deltas", type=float, nargs="+", default=list(SURVEY_DELTAS), help="survey: these changes")
+    parser.add_argument("--json", default=None, help="report: the results file")
     args, rest = parser.parse_known_args(argv)
     if args.command == "survey":
-        survey(args.out, rest)
+        survey(args.out, rest, args.deltas)
     elif args.command == "bisect":
         run_bisect(args.out, args.only)
-    else:
+    elif args.command == "table":
         table(args.out)
+    else:
+        if args.json:
+            from bench._common import keep_stdout
+
+            keep_stdout()
+        report(args.out, args.json)
     return 0
 
 

@@ -85,20 +85,23 @@ def summarise(paths: list[str]) -> list[tuple]:
     return table
 
 
-def main(argv: list[str]) -> int:
-    if not argv:
-        print(__doc__)
-        return 2
+def print_tables(kinds: list[tuple], worst: dict[str, float]) -> None:
     print("| kind | checks | max e_patched / bound | max e_patched / e_stock | tightest |")
     print("|---|---|---|---|---|")
-    for kind, n, tightest, ratio, where in summarise(argv):
+    for kind, n, tightest, ratio, where in kinds:
         print(f"| {kind} | {n} | {tightest:.3f} | {ratio:.2f} | {where} |")
-    worst = controls(argv)
     if worst:
         print("\n| negative control | largest e_patched / bound |\n|---|---|")
         for test, value in sorted(worst.items(), key=lambda item: item[1]):
             print(f"| {test} | {value:.2f} |")
         print(f"\nweakest negative control: {min(worst.values()):.2f}")
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__)
+        return 2
+    print_tables(summarise(argv), controls(argv))
     return 0
 
 
