@@ -2,6 +2,7 @@
 
     SLIMRL_PARITY_REPORT=/tmp/parity.jsonl python3 -m pytest tests/patches tests/ops
     python3 scripts/parity_margins.py /tmp/parity.jsonl [more.jsonl ...]
+    python3 scripts/parity_margins.py --by-test --json FILE /tmp/parity.jsonl   # a row per test; the results file
 
 Prints, per kind of compared quantity (loss, grad, param, metric, input, output, logged), the number of checks, the
 largest e_patched / bound (the margin: must stay below 1), the largest e_patched / e_stock, and the check where the
@@ -11,7 +12,9 @@ with SLIMRL_PARITY_SURVEY=1, which records every check instead of stopping at th
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
 from collections import defaultdict
 
@@ -97,11 +100,58 @@ def print_tables(kinds: list[tuple], worst: dict[str, float]) -> None:
         print(f"\nweakest negative control: {min(worst.values()):.2f}")
 
 
+def by_test(paths: list[str]) -> list[dict]:
+    """Per test (negative controls left out): its number of checks, its largest e_patched / bound per kind, and its
+    largest loss error (e_patched of a loss check: the distance from the reference)."""
+    tests: dict[str, dict] = defaultdict(lambda: {"checks": 0, "margins": {}, "largest_loss_error": 0.0})
+    for rec in records(paths):
+        if is_control(rec["test"]):
+            continue
+        row, kind = tests[rec["test"]], kind_of(rec["what"])
+        row["checks"] += 1
+        row["margins"][kind] = max(row["margins"].get(kind, 0.0), margin(rec))
+        if kind == "loss":
+            row["largest_loss_error"] = max(row["largest_loss_error"], rec["e_patched"])
+    return [{"test": test, **row} for test, row in sorted(tests.items())]
+
+
+def print_by_test(rows: list[dict]) -> None:
+    kinds = sorted({kind for row in rows for kind in row["margins"]})
+    print(f"| test | checks | {' | '.join(kinds)} | largest loss error |")
+    print("|---|---|" + "---|" * len(kinds) + "---|")
+    for row in rows:
+        cells = [f"{row['margins'][k]:.3f}" if k in row["margins"] else "n/a" for k in kinds]
+        print(f"| {row['test']} | {row['checks']} | {' | '.join(cells)} | {row['largest_loss_error']:.1e} |")
+
+
 def main(argv: list[str]) -> int:
-    if not argv:
-        print(__doc__)
-        return 2
-    print_tables(summarise(argv), controls(argv))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("reports", nargs="+")
+    parser.add_argument("--by-test", action="store_true", help="a row per test instead of per kind")
+    parser.add_argument("--json", default=None, help="the results file (bench/_common.py's write_results)")
+    args = parser.parse_args(argv)
+    if args.json:
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from bench._common import keep_stdout
+
+        keep_stdout()
+    data: dict = {"controls": controls(args.reports)}
+    if args.by_test:
+        data["tests"] = by_test(args.reports)
+        print_by_test(data["tests"])
+        worst = data["controls"]
+        if worst:
+            print(f"\nnegative controls: {len(worst)}, the weakest at {min(worst.values()):.2f}")
+    else:
+        kinds = summarise(args.reports)
+        data["kinds"] = [
+            dict(zip(("kind", "checks", "max_e_over_bound", "max_e_over_e_stock", "tightest"), k)) for k in kinds
+        ]
+        print_tables(kinds, data["controls"])
+    if args.json:
+        from bench._common import write_results
+
+        write_results(args.json, data)
     return 0
 
 
