@@ -21,7 +21,7 @@ The same under DeepSpeed ZeRO-2 and ZeRO-3 on CPU (DeepSpeed's CPU accelerator, 
 tiny head, which slimrl's head then reads inside the model's forward, where DeepSpeed gathers it), when deepspeed is
 installed (scripts/install_deepspeed.sh; skipped with that reason otherwise).
 
-Tier: `distributed` (scripts/test_distributed.sh); ~1 minute per case on 2 cores.
+Tier: `distributed` (scripts/test_distributed.sh).
 """
 
 import pytest
