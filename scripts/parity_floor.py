@@ -6,8 +6,8 @@ rule (tests/patches/_parity.py), found by bisection.
     python3 scripts/parity_floor.py table OUT                  # markdown: floor, margin, detecting check per case
     python3 scripts/parity_floor.py report OUT --json FILE     # the tables of docs/parity.md, and its results file
 
-`survey --deltas 0 1e-5` runs only those changes (enough for `report`'s margins and detection at 1e-5; the prediction
-needs all three).
+`survey OUT tests/patches tests/ops --deltas 0 1e-5` (the pytest arguments first) runs only those changes (enough
+for `report`'s margins and detection at 1e-5; the prediction needs all three).
 
 The weight is element [0, 0] of the first decoder layer's MLP up-projection of the patched side's policy
 (`_parity.nudge_one_weight`, applied when SLIMRL_PARITY_NUDGE is set); the other five sides are untouched. Runs record
