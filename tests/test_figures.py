@@ -18,7 +18,6 @@ KNOWN_MISSING = [
         "| run | stock TRL | slimrl | measured by | details |",
         "grpo_memory, preference_memory, shared_prefix, gpu_memory",
     ),
-    ("It prints `held-out accuracy: 0.14 -> 0.90`", "bench/quickstart.py"),
     # api.md, cli.md
     # distillation.md, online-trainers.md, vision.md (their JSON at bench/results/ predates the provenance convention)
     ("Stock GKD and GOLD run the student, keep its logits for the backward", "bench/distill_memory.py"),
@@ -42,7 +41,6 @@ KNOWN_MISSING = [
     # install.md
     # memory.md
     ("| variant | extra memory | time |", "bench/grpo_memory.py --kernel"),
-    ("| vocab | completion | stock peak GiB | slimrl peak GiB |", "bench/grpo_memory.py"),
     ("| trainer | length | stock peak GiB | slimrl peak GiB |", "bench/preference_memory.py"),
     ("At 2048 tokens the ORPO/CPO step peak is **0.09×**", "bench/preference_memory.py"),
     # long-context.md (its JSON at bench/results/ predates the provenance convention)
@@ -58,12 +56,9 @@ KNOWN_MISSING = [
     ("| arm | models | static GiB | peak GiB | peak / four-model |", "bench/ppo_memory.py"),
     ("like for like, a full-model policy takes 0.56×", "bench/ppo_memory.py"),
     # reliability.md
-    ("| run (each dominated by a different term) | measured | planned |", "bench/plan_accuracy.py"),
-    ("Measured with `PYTHONPATH=src python bench/plan_accuracy.py`", "bench/plan_accuracy.py"),
     ("torch's CPU threads spin while they wait for each other", "bench/busy_machine.py"),
     ("| arm | torch threads | quiet s/step | beside 1 torch job |", "bench/busy_machine.py"),
     # sandbox.md
-    ("| arm | create + first call (ms) | one call (ms) |", "bench/sandbox_overhead.py"),
     # scaling.md
     ("Everything below ran on a CPU machine: 2 cores shared with other jobs", "the provenance of scaling's files"),
     ("| case (3 optimizer steps, plain SGD) | checks |", "SLIMRL_PARITY_REPORT of scripts/test_distributed.sh"),
