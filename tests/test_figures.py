@@ -66,9 +66,7 @@ KNOWN_MISSING = [
     ("| vocab | completion | processes | arm | per-rank peak MiB |", "bench/ddp_memory.py"),
     ("the 2-process ranks are\n  within a few MiB of the 1-process run", "bench/ddp_memory.py"),
     # shared-prefix.md
-    ("| shape | per-row (TRL) | packed (chosen) | prompt KV cache |", "bench/shared_prefix_ops.py --mechanisms"),
     ("| model | prompt | completion | prompts per batch | estimate | measured |", "bench/shared_prefix_ops.py --sweep"),
-    ("| model | rows x length | per-row forward FLOPs |", "bench/shared_prefix_ops.py --small"),
     ("| case | arm | s/step | vs stock | vs off | peak GiB |", "bench/shared_prefix.py"),
     ("What this says: the default `slimrl grpo` recipe runs at **0.37× stock**", "bench/shared_prefix.py"),
     ("| case | arm | s/step | vs off | peak GiB | vs off | fwd s |", "bench/shared_prefix.py --cases vllm"),
