@@ -41,8 +41,6 @@ KNOWN_MISSING = [
     # install.md
     # memory.md
     ("| variant | extra memory | time |", "bench/grpo_memory.py --kernel"),
-    ("| trainer | length | stock peak GiB | slimrl peak GiB |", "bench/preference_memory.py"),
-    ("At 2048 tokens the ORPO/CPO step peak is **0.09×**", "bench/preference_memory.py"),
     # long-context.md (its JSON at bench/results/ predates the provenance convention)
     ("| arm | working GiB | x stock | peak GiB | s/step |", "bench/long_context_cpu.py"),
     # parity.md
