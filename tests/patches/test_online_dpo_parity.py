@@ -121,18 +121,21 @@ def test_patched_step_never_builds_full_logits(tmp_path, unpatched):
 
 @pytest.mark.slow
 def test_end_to_end_train_matches_stock(tmp_path, unpatched):
-    """`trainer.train()` for 2 steps (TRL's loop, optimizer and logging): the same logged loss and metrics, and
-    `peak_memory_gb` logged by the patched trainer only."""
+    """`trainer.train()` for 2 steps (TRL's loop, optimizer and logging): the same gradients at every optimizer step
+    (logged scalars and final weights alone hide a small change of the step in their own rounding), the same logged
+    loss and metrics, and `peak_memory_gb` logged by the patched trainer only."""
     trainers = []
     for side in P.Sides._fields:
         with P.side_state(side, ALGO):
             extra = {"slimrl_num_chunks": 3} if side == "patched" else {}
             args = O.make_config(ALGO, str(tmp_path / side), max_steps=2, optim="sgd", **extra)
             trainer = P.finish_side(side, O.build_trainer(ALGO, P.side_model(side, lambda: T.tiny_model(0)), args))
+            trainer.step_gradients = P.record_step_gradients(trainer)
             torch.manual_seed(3)
             trainer.train()
             trainers.append(trainer)
     trainers = P.Sides(*trainers)
+    P.assert_step_gradients_match(P.Sides(*(t.step_gradients for t in trainers)))
     for key in ("loss", "objective/kl", "objective/scores", "rewards/margins", "logps/chosen"):
         logged = P.Sides(*(T.logged(t, key) for t in trainers))
         assert all(len(values) == 2 for values in logged), key
