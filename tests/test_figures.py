@@ -31,8 +31,6 @@ KNOWN_MISSING = [
     ("| model | arm | longest completion that fits |", "bench/gpu_memory.py --only bisect"),
     ("Of the\n8B × 8 × 8K offload peak (39.6 GiB)", "bench/gpu_memory.py"),
     ("Against the eight H100 peaks measured earlier", "bench/gpu_memory.py (tests/bench/test_gpu_memory_bench.py)"),
-    # memory.md
-    ("| variant | extra memory | time |", "bench/grpo_memory.py --kernel"),
     # long-context.md (its JSON at bench/results/ predates the provenance convention)
     ("| arm | working GiB | x stock | peak GiB | s/step |", "bench/long_context_cpu.py"),
     # parity.md
