@@ -40,11 +40,12 @@ Why the tolerance is not a fixed rtol:
    Measured (scripts/parity_floor.py report over the default and slow tiers' cases; docs/parity.md has the tables,
    bench/results/committed/parity_*.json the results): over every case but the open ones (docs/parity.md, "Open
    cases") the largest e(patched) / bound is 0.88 with OMP_NUM_THREADS=1, 0.81 with MKL_CBWR=COMPATIBLE (the IPO
-   gradient above) and 0.91 with ATEN_CPU_CAPABILITY=default; every trainer case but two (their measured reasons
-   in docs/parity.md) fails when one weight of the patched model changes by 1e-5 (the rule before, 8 e(stock) +
-   16 max e(perturbed) + 16 u |r|, needed up to 1.1e-4). The tensor factors are the measured trade-off: K = 2, F = 1.25 or K = 2.5, F = 1 leave a case
-   above 1e-5; K = 1.5, F = 0.75 reaches 1.03 of the bound under MKL_CBWR=COMPATIBLE. Every bound is at most the
-   earlier rule's (K and F smaller, and the root mean square of three draws is at most their largest).
+   gradient above) and 0.91 with ATEN_CPU_CAPABILITY=default; every trainer case but two (their measured reasons in
+   docs/parity.md) fails when one weight of the patched model changes by 1e-5 (the rule before, 8 e(stock) + 16 max
+   e(perturbed) + 16 u |r|, needed up to 1.1e-4). The tensor factors are the measured trade-off: K = 2, F = 1.25 or K
+   = 2.5, F = 1 leave a case above 1e-5; K = 1.5, F = 0.75 reaches 1.03 of the bound under MKL_CBWR=COMPATIBLE. Every
+   bound is at most the earlier rule's (K and F smaller, and the root mean square of three draws is at most their
+   largest).
 3. What must be exact stays exact: sampled token ids, masks, padding and token counts on every side (the float64
    sides roll out the same completions; if they did not, the comparison would be meaningless and says so).
 4. A run must stay in a regime where float32 means something: a harness SGD step that saturates the softmax makes
