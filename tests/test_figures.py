@@ -49,7 +49,6 @@ KNOWN_MISSING = [
     ("| vocab | completion | processes | arm | per-rank peak MiB |", "bench/ddp_memory.py"),
     ("the 2-process ranks are\n  within a few MiB of the 1-process run", "bench/ddp_memory.py"),
     # shared-prefix.md
-    ("| model | prompt | completion | prompts per batch | estimate | measured |", "bench/shared_prefix_ops.py --sweep"),
     ("| case | arm | s/step | vs off | peak GiB | vs off | fwd s |", "bench/shared_prefix.py --cases vllm"),
     # vllm.md
     ("| arm | tokens/s, batch 8 | tokens/s, batch 64 |", "bench/rollout_speed.py"),
