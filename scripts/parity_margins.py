@@ -18,6 +18,7 @@ import os
 import sys
 from collections import defaultdict
 
+CONTROL_CHECK = "control"  # a check a test makes of a deliberately wrong value (`control NAME`): must fail
 KINDS = (
     ("loss", "loss"),
     ("grad", "gradient"),
@@ -25,6 +26,8 @@ KINDS = (
     ("metric", "metric"),
     ("logged", "metric"),
     ("input", "input (old/ref log-probs)"),
+    ("final", "parameter"),
+    ("control", CONTROL_CHECK),
 )
 
 
@@ -71,7 +74,7 @@ def controls(paths: list[str]) -> dict[str, float]:
 def summarise(paths: list[str]) -> list[tuple]:
     rows = defaultdict(list)
     for rec in records(paths):
-        if not is_control(rec["test"]):
+        if not is_control(rec["test"]) and kind_of(rec["what"]) != CONTROL_CHECK:
             rows[kind_of(rec["what"])].append(rec)
     table = []
     for kind, recs in sorted(rows.items()):
@@ -102,16 +105,18 @@ def print_tables(kinds: list[tuple], worst: dict[str, float]) -> None:
 
 
 def by_test(paths: list[str]) -> list[dict]:
-    """Per test (negative controls left out): its number of checks, its largest e_patched / bound per kind, and its
-    largest loss error (e_patched of a loss check: the distance from the reference)."""
+    """Per test (negative-control tests left out): its number of checks, its largest e_patched / bound per kind (its
+    own control checks: the smallest, which must stay above 1), and its largest loss error (e_patched of a check of
+    a loss: the distance from the reference)."""
     tests: dict[str, dict] = defaultdict(lambda: {"checks": 0, "margins": {}, "largest_loss_error": 0.0})
     for rec in records(paths):
         if is_control(rec["test"]):
             continue
         row, kind = tests[rec["test"]], kind_of(rec["what"])
         row["checks"] += 1
-        row["margins"][kind] = max(row["margins"].get(kind, 0.0), margin(rec))
-        if kind == "loss":
+        pick = min if kind == CONTROL_CHECK else max
+        row["margins"][kind] = pick(row["margins"].get(kind, margin(rec)), margin(rec))
+        if "loss" in rec["what"]:
             row["largest_loss_error"] = max(row["largest_loss_error"], rec["e_patched"])
     return [{"test": test, **row} for test, row in sorted(tests.items())]
 
