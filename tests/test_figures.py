@@ -44,8 +44,6 @@ KNOWN_MISSING = [
     ("| arm | torch threads | quiet s/step | beside 1 torch job |", "bench/busy_machine.py"),
     # scaling.md
     ("Everything below ran on a CPU machine: 2 cores shared with other jobs", "the provenance of scaling's files"),
-    ("| case (3 optimizer steps, plain SGD) | checks |", "SLIMRL_PARITY_REPORT of scripts/test_distributed.sh"),
-    ("The largest absolute loss difference was 2.4e-8 (GRPO)", "SLIMRL_PARITY_REPORT of scripts/test_distributed.sh"),
     ("| vocab | completion | processes | arm | per-rank peak MiB |", "bench/ddp_memory.py"),
     ("the 2-process ranks are\n  within a few MiB of the 1-process run", "bench/ddp_memory.py"),
     # shared-prefix.md
