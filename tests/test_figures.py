@@ -13,14 +13,13 @@ import json
 import _figures as F
 
 KNOWN_MISSING = [
-    # distillation.md, online-trainers.md, vision.md (their JSON at bench/results/ predates the provenance convention)
+    # distillation.md, online-trainers.md (their JSON at bench/results/ predates the provenance convention)
     ("Stock GKD and GOLD run the student, keep its logits for the backward", "bench/distill_memory.py"),
     (
         "| trainer | stock peak GiB | slimrl peak GiB | peak ratio | stock working GiB",
         "bench/distill_memory.py, bench/online_memory.py",
     ),
     ("GKD and GOLD train off-policy here (`lmbda=0`)", "bench/distill_memory.py"),
-    ("| arm | peak RSS | s/step | images encoded (3 steps) |", "bench/vision_memory.py"),
     # export.md
     ("| export | size | completions equal to the adapter's |", "bench/export_roundtrip.py"),
     # gpu-and-benchmarks.md, gpu-benchmarks.md: measured on an H100 whose raw results were not kept; a GPU re-measures
