@@ -42,7 +42,6 @@ KNOWN_MISSING = [
     ("torch's CPU threads spin while they wait for each other", "bench/busy_machine.py"),
     ("| arm | torch threads | quiet s/step | beside 1 torch job |", "bench/busy_machine.py"),
     # scaling.md
-    ("Everything below ran on a CPU machine: 2 cores shared with other jobs", "the provenance of scaling's files"),
     ("| vocab | completion | processes | arm | per-rank peak MiB |", "bench/ddp_memory.py"),
     ("the 2-process ranks are\n  within a few MiB of the 1-process run", "bench/ddp_memory.py"),
     # shared-prefix.md
