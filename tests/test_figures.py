@@ -36,8 +36,6 @@ KNOWN_MISSING = [
     ("- **GRPO's entropy mask** (`top_entropy_quantile`)", "scripts/parity_spread.py"),
     # ppo.md
     ("**Measured** (the bare `slimrl ppo`, seed 42", "no script: a `slimrl ppo` run (bench/embedded_grpo.py's kind)"),
-    ("| arm | models | static GiB | peak GiB | peak / four-model |", "bench/ppo_memory.py"),
-    ("like for like, a full-model policy takes 0.56×", "bench/ppo_memory.py"),
     # reliability.md
     ("torch's CPU threads spin while they wait for each other", "bench/busy_machine.py"),
     ("| arm | torch threads | quiet s/step | beside 1 torch job |", "bench/busy_machine.py"),
