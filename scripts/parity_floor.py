@@ -226,8 +226,7 @@ def report(out: Path, json_path: str | None) -> None:
 
         env = {name: os.environ.get(name) for name in ENV_SETTINGS}
         env["OMP_NUM_THREADS"] = env["OMP_NUM_THREADS"] or "1"  # run_pytest's default
-        fields = ("kind", "checks", "max_e_over_bound", "max_e_over_e_stock", "tightest")
-        data = {"environment": env, "kinds": [dict(zip(fields, k)) for k in kinds], "controls": controls}
+        data = {"environment": env, "kinds": parity_margins.kinds_data(kinds), "controls": controls}
         data["detection_at_delta"] = {"delta": SURVEY_DELTAS[1], "smallest_e_over_bound": detection}
         data |= {"cases_at_delta": len(reached), "cases": rows}
         write_results(json_path, data)

@@ -92,6 +92,12 @@ def summarise(paths: list[str]) -> list[tuple]:
     return table
 
 
+def kinds_data(kinds: list[tuple]) -> list[dict]:
+    """summarise()'s rows as the results file holds them."""
+    fields = ("kind", "checks", "max_e_over_bound", "max_e_over_e_stock", "tightest")
+    return [dict(zip(fields, kind)) for kind in kinds]
+
+
 def print_tables(kinds: list[tuple], worst: dict[str, float]) -> None:
     print("| kind | checks | max e_patched / bound | max e_patched / e_stock | tightest |")
     print("|---|---|---|---|---|")
@@ -150,9 +156,7 @@ def main(argv: list[str]) -> int:
             print(f"\nnegative controls: {len(worst)}, the weakest at {min(worst.values()):.2f}")
     else:
         kinds = summarise(args.reports)
-        data["kinds"] = [
-            dict(zip(("kind", "checks", "max_e_over_bound", "max_e_over_e_stock", "tightest"), k)) for k in kinds
-        ]
+        data["kinds"] = kinds_data(kinds)
         print_tables(kinds, data["controls"])
     if args.json:
         from bench._common import write_results
