@@ -10,24 +10,11 @@ import _distill_parity as H
 
 # the cases the default tier runs; every other case is slow tier
 DEFAULT_TIER = {"gkd": "jsd-onpolicy", "gold": "forward-kl-temperature", "distillation": "jsd"}
-# Open: under the parity rule of docs/parity.md these cases fail on one tensor only, the embedding's gradient, at
-# 1.3-2.3x the bound with OMP_NUM_THREADS=1 (bench/results/committed/parity_omp1.json; an earlier run: patched
-# 2.0e-6 / 2.1e-7 / 7.3e-7 from the float64 value where stock is 1.4e-7 / 1.5e-8 / 6.1e-8, sigma 1.2e-6 / 5.7e-8 /
-# 2.9e-7); every other tensor of these runs passes. Part of the cause: the chunked
-# divergence's float32 gradient formula (float64 tile math lowers the GKD error 2.10e-7 -> 1.33e-7). Not strict:
-# a CPU that rounds otherwise may pass them.
-UNDER_STUDY = {
-    ("gkd", "reverse-kl-ga2"): "embedding gradient at 2.3x the bound",
-    ("gold", "jsd-temperature"): "embedding gradient at 1.4x the bound",
-    ("gold", "jsd-onpolicy-ga2"): "embedding gradient at 1.3x the bound",
-}
 
 
 def tiered(algorithm, cases):
     def marks(case):
-        tier = () if case == DEFAULT_TIER[algorithm] else (pytest.mark.slow,)
-        reason = UNDER_STUDY.get((algorithm, case))
-        return tier + ((pytest.mark.xfail(strict=False, reason=reason),) if reason else ())
+        return () if case == DEFAULT_TIER[algorithm] else (pytest.mark.slow,)
 
     return [pytest.param(case, marks=marks(case)) for case in cases]
 
