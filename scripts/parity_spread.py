@@ -3,10 +3,11 @@ and slimrl without it, on one GRPO case of the parity suite (LoRA, beta 0.04, nu
 generations, 7 completion tokens). A loss is one number: its error is one draw of the rounding, so one seed's
 patched / stock ratio says little; the spread over seeds says whether a path is systematically worse.
 
-    OMP_NUM_THREADS=1 python3 scripts/parity_spread.py vespo 12
+    OMP_NUM_THREADS=1 python3 scripts/parity_spread.py vespo 12 [--json FILE]
 
 Prints per seed |loss - ref| of both micro-steps and the largest relative error of the second step's gradients,
-then the geometric mean of each column over the seeds.
+then the geometric mean of each column over the seeds; `--json FILE` also writes them as a results file (with
+the commit, machine and versions: bench/_common.write_results).
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ def one_seed(loss_type: str, seed: int, output_dir: str) -> dict[str, tuple[floa
 
 
 def main(argv: list[str]) -> int:
+    json_path = argv[argv.index("--json") + 1] if "--json" in argv else None
+    if json_path:
+        sys.path.insert(0, str(ROOT))
+        from bench._common import keep_stdout, write_results
+
+        keep_stdout()
+        argv = [a for a in argv if a not in ("--json", json_path)]
     loss_type, seeds = (argv + ["vespo"])[0], int((argv + ["vespo", "12"])[1])
     registry.unpatch()
     torch.set_num_threads(1)
@@ -84,6 +92,10 @@ def main(argv: list[str]) -> int:
         f"{geomean([r[name][i] for r in rows]):.1e}" for name in ("stock", "shared", "per-row") for i in range(3)
     )
     print(f"| geometric mean | {means} |")
+    if json_path:
+        columns = ("loss 0", "loss 1", "grad 1")
+        per_seed = [{name: dict(zip(columns, r[name])) for name in names} for r in rows]
+        write_results(json_path, {"loss_type": loss_type, "seeds": seeds, "per_seed": per_seed})
     return 0
 
 
