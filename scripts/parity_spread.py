@@ -4,10 +4,16 @@ generations, 7 completion tokens). A loss is one number: its error is one draw o
 patched / stock ratio says little; the spread over seeds says whether a path is systematically worse.
 
     OMP_NUM_THREADS=1 python3 scripts/parity_spread.py vespo 12 [--json FILE]
+    OMP_NUM_THREADS=1 python3 scripts/parity_spread.py ipo-shared 8 [--json FILE]
 
 Prints per seed |loss - ref| of both micro-steps and the largest relative error of the second step's gradients,
 then the geometric mean of each column over the seeds; `--json FILE` also writes them as a results file (with
 the commit, machine and versions: bench/_common.write_results).
+
+`ipo-shared`: the IPO case of tests/patches/test_implicit_prompt_parity.py (`dpo-conversational-shared`) with the
+tiny model's weights drawn from each seed (the suite uses seed 0), sharing on and off: per seed and path, the largest
+e(patched) / bound of _parity's rule over the second step's gradients (above 1 fails), and the geometric mean of
+e(patched) / e(stock) over them.
 """
 
 from __future__ import annotations
@@ -63,6 +69,50 @@ def one_seed(loss_type: str, seed: int, output_dir: str) -> dict[str, tuple[floa
     return out
 
 
+def ipo_seed(seed: int, shared: bool, output_dir: str) -> tuple[float, float]:
+    """(largest e(patched) / bound, geometric mean of e(patched) / e(stock)) over the second step's gradients of the
+    IPO implicit-prompt case, the model's weights from `seed`; the checks are _parity's own, recorded to a file."""
+    import json
+    import os
+
+    import _formats as F
+    import _pref_parity as H
+
+    report = Path(output_dir) / f"report-{seed}-{shared}.jsonl"
+    os.environ.update({P.REPORT_ENV: str(report), P.SURVEY_ENV: "1"})
+    try:
+        trainers = H.build_sides(
+            "dpo",
+            lambda: T.tiny_model(seed),
+            dict(loss_type=["ipo"]),
+            output_dir,
+            T.lora_config(),
+            patched_config={CONFIG_FIELD: shared},
+            data=lambda: F.dataset("conversational_implicit_preference"),
+        )
+        H.assert_traces_match(H.run_sides("dpo", trainers))
+    finally:
+        del os.environ[P.REPORT_ENV], os.environ[P.SURVEY_ENV]
+    checks = [json.loads(line) for line in report.read_text().splitlines()]
+    grads = [c for c in checks if c["what"].startswith("micro-step 1: grad") and c["e_stock"] > 0]
+    ratio = max(c["e_patched"] / c["bound"] for c in grads)
+    return ratio, math.exp(sum(math.log(c["e_patched"] / c["e_stock"]) for c in grads) / len(grads))
+
+
+def main_ipo(seeds: int) -> dict:
+    print("| seed | shared: max e/bound | shared: e(patched)/e(stock) | per-row: max e/bound | per-row: ratio |")
+    print("|---|---|---|---|---|")
+    per_seed = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(seeds):
+            row = {name: ipo_seed(seed, shared, tmp) for name, shared in (("shared", True), ("per-row", False))}
+            per_seed.append(row)
+            print(f"| {seed} | " + " | ".join(f"{x:.2f}" for r in row.values() for x in r) + " |", flush=True)
+    means = {n: math.exp(sum(math.log(r[n][1]) for r in per_seed) / seeds) for n in ("shared", "per-row")}
+    print(f"| geometric mean | | {means['shared']:.2f} | | {means['per-row']:.2f} |")
+    return {"case": "ipo-shared", "seeds": seeds, "per_seed": per_seed}
+
+
 def main(argv: list[str]) -> int:
     json_path = argv[argv.index("--json") + 1] if "--json" in argv else None
     if json_path:
@@ -74,6 +124,11 @@ def main(argv: list[str]) -> int:
     loss_type, seeds = (argv + ["vespo"])[0], int((argv + ["vespo", "12"])[1])
     registry.unpatch()
     torch.set_num_threads(1)
+    if loss_type == "ipo-shared":
+        result = main_ipo(seeds)
+        if json_path:
+            write_results(json_path, result)
+        return 0
     rows = []
     names = ("stock", "shared", "per-row")
     print("| seed | " + " | ".join(f"{n} loss 0 | {n} loss 1 | {n} grad 1" for n in names) + " |")
