@@ -30,8 +30,6 @@ KNOWN_MISSING = [
     ("| model | arm | longest completion that fits |", "bench/gpu_memory.py --only bisect"),
     ("Of the\n8B × 8 × 8K offload peak (39.6 GiB)", "bench/gpu_memory.py"),
     ("Against the eight H100 peaks measured earlier", "bench/gpu_memory.py (tests/bench/test_gpu_memory_bench.py)"),
-    # long-context.md (its JSON at bench/results/ predates the provenance convention)
-    ("| arm | working GiB | x stock | peak GiB | s/step |", "bench/long_context_cpu.py"),
     # parity.md
     ("- **GRPO's entropy mask** (`top_entropy_quantile`)", "scripts/parity_spread.py"),
     # ppo.md
@@ -42,8 +40,6 @@ KNOWN_MISSING = [
     # scaling.md
     ("| vocab | completion | processes | arm | per-rank peak MiB |", "bench/ddp_memory.py"),
     ("the 2-process ranks are\n  within a few MiB of the 1-process run", "bench/ddp_memory.py"),
-    # shared-prefix.md
-    ("| case | arm | s/step | vs off | peak GiB | vs off | fwd s |", "bench/shared_prefix.py --cases vllm"),
     # vllm.md
     ("| arm | tokens/s, batch 8 | tokens/s, batch 64 |", "bench/rollout_speed.py"),
     ("| rollouts | s/step | of which rollout | peak RSS |", "bench/rollout_speed.py"),
