@@ -86,11 +86,14 @@ def main() -> None:
     reference_scores = scores(reference)
     with adapter.disable_adapter():  # how far the adapter moved the base: the bar the exports are read against
         base = _answers(adapter, tokenizer, prompts, max_new)
+    base_exact = sum(a == b for a, b in zip(base, reference))
     results = {
         "adapter": {
             "accuracy": sum(reference_scores) / len(prompts),
+            "correct": int(sum(reference_scores)),
             "n": len(prompts),
-            "base_exact": sum(a == b for a, b in zip(base, reference)),
+            "base_exact": base_exact,
+            "differs_from_base": len(prompts) - base_exact,
             "base_accuracy": sum(scores(base)) / len(prompts),
         }
     }
@@ -104,6 +107,7 @@ def main() -> None:
         got = scores(texts)
         results[path] = {
             "bytes": _sizes(path),
+            "MB": round(_sizes(path) / 1e6, 1),
             "accuracy": sum(got) / len(prompts),
             "exact": sum(a == b for a, b in zip(texts, reference)),
             "prefix": sum(_prefix_agrees(tokenizer, a, b, args.prefix_tokens) for a, b in zip(texts, reference)),
