@@ -20,8 +20,6 @@ KNOWN_MISSING = [
         "bench/distill_memory.py, bench/online_memory.py",
     ),
     ("GKD and GOLD train off-policy here (`lmbda=0`)", "bench/distill_memory.py"),
-    # export.md
-    ("| export | size | completions equal to the adapter's |", "bench/export_roundtrip.py"),
     # gpu-and-benchmarks.md, gpu-benchmarks.md: measured on an H100 whose raw results were not kept; a GPU re-measures
     ("Device: **NVIDIA H100 80GB HBM3**", "bench/gpu_memory.py and scripts/test_gpu.sh"),
     ("| model | completion | arm | peak GiB | reserved GiB |", "bench/gpu_memory.py --only grpo"),
