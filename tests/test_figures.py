@@ -13,13 +13,6 @@ import json
 import _figures as F
 
 KNOWN_MISSING = [
-    # distillation.md, online-trainers.md (their JSON at bench/results/ predates the provenance convention)
-    ("Stock GKD and GOLD run the student, keep its logits for the backward", "bench/distill_memory.py"),
-    (
-        "| trainer | stock peak GiB | slimrl peak GiB | peak ratio | stock working GiB",
-        "bench/distill_memory.py, bench/online_memory.py",
-    ),
-    ("GKD and GOLD train off-policy here (`lmbda=0`)", "bench/distill_memory.py"),
     # gpu-and-benchmarks.md, gpu-benchmarks.md: measured on an H100 whose raw results were not kept; a GPU re-measures
     ("Device: **NVIDIA H100 80GB HBM3**", "bench/gpu_memory.py and scripts/test_gpu.sh"),
     ("| model | completion | arm | peak GiB | reserved GiB |", "bench/gpu_memory.py --only grpo"),
