@@ -28,9 +28,6 @@ KNOWN_MISSING = [
     # reliability.md
     ("torch's CPU threads spin while they wait for each other", "bench/busy_machine.py"),
     ("| arm | torch threads | quiet s/step | beside 1 torch job |", "bench/busy_machine.py"),
-    # scaling.md
-    ("| vocab | completion | processes | arm | per-rank peak MiB |", "bench/ddp_memory.py"),
-    ("the 2-process ranks are\n  within a few MiB of the 1-process run", "bench/ddp_memory.py"),
     # vllm.md
     ("| arm | tokens/s, batch 8 | tokens/s, batch 64 |", "bench/rollout_speed.py"),
     ("| rollouts | s/step | of which rollout | peak RSS |", "bench/rollout_speed.py"),
