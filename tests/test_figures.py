@@ -21,8 +21,6 @@ KNOWN_MISSING = [
     ("| model | arm | longest completion that fits |", "bench/gpu_memory.py --only bisect"),
     ("Of the\n8B × 8 × 8K offload peak (39.6 GiB)", "bench/gpu_memory.py"),
     ("Against the eight H100 peaks measured earlier", "bench/gpu_memory.py (tests/bench/test_gpu_memory_bench.py)"),
-    # parity.md
-    ("- **GRPO's entropy mask** (`top_entropy_quantile`)", "scripts/parity_spread.py"),
     # ppo.md
     ("**Measured** (the bare `slimrl ppo`, seed 42", "no script: a `slimrl ppo` run (bench/embedded_grpo.py's kind)"),
     # reliability.md
