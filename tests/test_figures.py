@@ -27,9 +27,6 @@ KNOWN_MISSING = [
     ("torch's CPU threads spin while they wait for each other", "bench/busy_machine.py"),
     ("| arm | torch threads | quiet s/step | beside 1 torch job |", "bench/busy_machine.py"),
     # vllm.md
-    ("| arm | tokens/s, batch 8 | tokens/s, batch 64 |", "bench/rollout_speed.py"),
-    ("| rollouts | s/step | of which rollout | peak RSS |", "bench/rollout_speed.py"),
-    ("- **GRPO step on CPU: 0.72×.**", "bench/rollout_speed.py"),
     ("**The full recipe with vLLM rollouts.**", "bench/embedded_grpo.py in .venv-vllm"),
 ]
 
