@@ -26,8 +26,6 @@ KNOWN_MISSING = [
     # reliability.md
     ("torch's CPU threads spin while they wait for each other", "bench/busy_machine.py"),
     ("| arm | torch threads | quiet s/step | beside 1 torch job |", "bench/busy_machine.py"),
-    # vllm.md
-    ("**The full recipe with vLLM rollouts.**", "bench/embedded_grpo.py in .venv-vllm"),
 ]
 
 BLOCKS = [block for page in F.pages() for block in F.blocks(page)]
