@@ -23,9 +23,6 @@ KNOWN_MISSING = [
     ("Against the eight H100 peaks measured earlier", "bench/gpu_memory.py (tests/bench/test_gpu_memory_bench.py)"),
     # ppo.md
     ("**Measured** (the bare `slimrl ppo`, seed 42", "no script: a `slimrl ppo` run (bench/embedded_grpo.py's kind)"),
-    # reliability.md
-    ("torch's CPU threads spin while they wait for each other", "bench/busy_machine.py"),
-    ("| arm | torch threads | quiet s/step | beside 1 torch job |", "bench/busy_machine.py"),
 ]
 
 BLOCKS = [block for page in F.pages() for block in F.blocks(page)]
