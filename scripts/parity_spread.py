@@ -69,6 +69,12 @@ def one_seed(loss_type: str, seed: int, output_dir: str) -> dict[str, tuple[floa
     return out
 
 
+def geomean(values) -> float:
+    """The geometric mean (a value of 0 counts as 1e-30)."""
+    values = list(values)
+    return math.exp(sum(math.log(max(v, 1e-30)) for v in values) / len(values))
+
+
 def ipo_seed(seed: int, shared: bool, output_dir: str) -> tuple[float, float]:
     """(largest e(patched) / bound, geometric mean of e(patched) / e(stock)) over the second step's gradients of the
     IPO implicit-prompt case, the model's weights from `seed`; the checks are _parity's own, recorded to a file."""
@@ -79,6 +85,7 @@ def ipo_seed(seed: int, shared: bool, output_dir: str) -> tuple[float, float]:
     import _pref_parity as H
 
     report = Path(output_dir) / f"report-{seed}-{shared}.jsonl"
+    before = {k: os.environ.get(k) for k in (P.REPORT_ENV, P.SURVEY_ENV)}
     os.environ.update({P.REPORT_ENV: str(report), P.SURVEY_ENV: "1"})
     try:
         trainers = H.build_sides(
@@ -91,12 +98,13 @@ def ipo_seed(seed: int, shared: bool, output_dir: str) -> tuple[float, float]:
             data=lambda: F.dataset("conversational_implicit_preference"),
         )
         H.assert_traces_match(H.run_sides("dpo", trainers))
-    finally:
-        del os.environ[P.REPORT_ENV], os.environ[P.SURVEY_ENV]
+    finally:  # the caller's own settings back as they were
+        for key, value in before.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
     checks = [json.loads(line) for line in report.read_text().splitlines()]
     grads = [c for c in checks if c["what"].startswith("micro-step 1: grad") and c["e_stock"] > 0]
     ratio = max(c["e_patched"] / c["bound"] for c in grads)
-    return ratio, math.exp(sum(math.log(c["e_patched"] / c["e_stock"]) for c in grads) / len(grads))
+    return ratio, geomean(c["e_patched"] / c["e_stock"] for c in grads)
 
 
 def main_ipo(seeds: int) -> dict:
@@ -108,7 +116,7 @@ def main_ipo(seeds: int) -> dict:
             row = {name: ipo_seed(seed, shared, tmp) for name, shared in (("shared", True), ("per-row", False))}
             per_seed.append(row)
             print(f"| {seed} | " + " | ".join(f"{x:.2f}" for r in row.values() for x in r) + " |", flush=True)
-    means = {n: math.exp(sum(math.log(r[n][1]) for r in per_seed) / seeds) for n in ("shared", "per-row")}
+    means = {n: geomean(r[n][1] for r in per_seed) for n in ("shared", "per-row")}
     print(f"| geometric mean | | {means['shared']:.2f} | | {means['per-row']:.2f} |")
     return {"case": "ipo-shared", "seeds": seeds, "per_seed": per_seed}
 
@@ -139,9 +147,6 @@ def main(argv: list[str]) -> int:
             rows.append(result)
             cells = " | ".join(f"{x:.1e}" for name in ("stock", "shared", "per-row") for x in result[name])
             print(f"| {seed} | {cells} |", flush=True)
-
-    def geomean(values):
-        return math.exp(sum(math.log(max(v, 1e-30)) for v in values) / len(values))
 
     means = " | ".join(
         f"{geomean([r[name][i] for r in rows]):.1e}" for name in ("stock", "shared", "per-row") for i in range(3)
