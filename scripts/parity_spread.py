@@ -100,7 +100,10 @@ def ipo_seed(seed: int, shared: bool, output_dir: str) -> tuple[float, float]:
         H.assert_traces_match(H.run_sides("dpo", trainers))
     finally:  # the caller's own settings back as they were
         for key, value in before.items():
-            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+            if value is None:
+                os.environ.pop(key)
+            else:
+                os.environ[key] = value
     checks = [json.loads(line) for line in report.read_text().splitlines()]
     grads = [c for c in checks if c["what"].startswith("micro-step 1: grad") and c["e_stock"] > 0]
     ratio = max(c["e_patched"] / c["bound"] for c in grads)
