@@ -39,8 +39,7 @@ from _parity import (
     assert_inputs_match,
     assert_steps_match,
     check_sides,
-    nudge_delta,
-    nudge_one_weight,
+    nudge_if_asked,
     sgd_step,
     side_state,
     trainable,
@@ -222,8 +221,7 @@ def build_sides(
                 perturb_rounding(trainer.model, PERTURBATION_SEEDS[side])
                 if teacher_factory is not None:  # a base teacher shares the student's (already perturbed) layers
                     perturb_rounding(trainer.teacher_model, PERTURBATION_SEEDS[side] + 1000)
-            if side == "patched" and nudge_delta():  # a detection floor's deliberate change (_parity.finish_side)
-                nudge_one_weight(trainer.model, nudge_delta())
+            nudge_if_asked(side, trainer.model)  # a detection floor's deliberate change, as _parity.finish_side
             trainers[side] = trainer
     return Sides(**trainers)
 

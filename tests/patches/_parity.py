@@ -165,9 +165,14 @@ def finish_side(side: str, trainer):
         for model in (trainer.model, getattr(trainer, "ref_model", None)):
             if model is not None:
                 perturb_rounding(model, PERTURBATION_SEEDS[side])
-    if side == "patched" and nudge_delta():
-        nudge_one_weight(trainer.model, nudge_delta())
+    nudge_if_asked(side, trainer.model)
     return trainer
+
+
+def nudge_if_asked(side: str, model) -> None:
+    """Under SLIMRL_PARITY_NUDGE=delta, the patched side's model gets one weight changed by delta (every harness)."""
+    if side == "patched" and nudge_delta():
+        nudge_one_weight(model, nudge_delta())
 
 
 def nudge_delta() -> float:
