@@ -38,8 +38,9 @@ def _model(mode):
     ).cuda()
     for name, param in model.named_parameters():
         param.requires_grad_("norm" in name)
-    if mode == "transformers":
-        model.activation_checkpointing_enable({"use_reentrant": False}, offload=True)
+    if mode == "transformers":  # transformers >= 5.23 names it activation_checkpointing_enable (5.17-5.22: gradient_)
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable({"use_reentrant": False}, offload=True)
     else:
         apply_checkpointing(model, mode)
     return model.train()

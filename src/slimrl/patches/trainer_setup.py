@@ -71,6 +71,20 @@ def reconcile_checkpointing(model, args) -> None:
         set_field(args, "activation_checkpointing", bool(mode), why)
 
 
+def checkpoint_kwargs_of(args) -> dict:
+    """The config's checkpointing keywords, under transformers' new name or TRL 1.16's."""
+    for name in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
+        kwargs = args.__dict__.get(name)
+        if kwargs:
+            return dict(kwargs)
+    return {}
+
+
+def config_asks_offload(args) -> bool:
+    """Checkpointing on with `offload: True` among its keywords (transformers' own activation offload)."""
+    return bool(getattr(args, "gradient_checkpointing", False)) and bool(checkpoint_kwargs_of(args).get("offload"))
+
+
 def set_chunks(models, num_chunks: int, unwrap=lambda m: m) -> None:
     for model in models:
         if is_model(model):
@@ -148,6 +162,14 @@ def _after_init(trainer) -> None:
     mode = checkpointing_mode(trainer.model)
     if mode is not None:
         apply_checkpointing(trainer.model, mode)
+    elif config_asks_offload(trainer.args):
+        notice(
+            "gradient_checkpointing_kwargs offload=True: TRL's GRPO, RLOO, DPO and KTO re-enable checkpointing "
+            "without it around their no-grad passes, which would keep every layer input on the device; slimrl keeps "
+            "them offloaded (its own offload, the mode use_gradient_checkpointing='offload' gives)."
+        )
+        kwargs = checkpoint_kwargs_of(trainer.args)
+        apply_checkpointing(trainer.model, "offload", kwargs, kwargs.get("every_n_layers", 1))
 
 
 def trainer_init_maker(family: Family):
