@@ -8,6 +8,8 @@ bench/_gpu_unsloth.py (Unsloth); the peak reading: bench/_gpu_measure.py; the pl
     PYTHONPATH=src python bench/gpu_memory.py --preset quick --out DIR   # the bench alone
     PYTHONPATH=src python bench/gpu_memory.py --smoke --out DIR          # CPU, toy model, every code path
     python bench/gpu_memory.py --report DIR/gpu_memory.json ...           # one markdown table from several runs
+                                                                          # (rows a run skipped for time left out,
+                                                                          # each GRPO row planned again by this slimrl)
 
 Presets (flags given on the command line win):
   quick  8B at 8 x 8192, then 1.5B at 8 x 8192, every GRPO arm, 2 steps each; no search (sized for one 10-minute
@@ -135,18 +137,23 @@ class Runner:
         return self.clock.run(args, self.a.threads, self.a.timeout, **child) or SKIPPED
 
     def add(self, row: dict) -> dict:
-        if row.get("kind") == "grpo" and "error" not in row:
-            from _gpu_plan import planned
-
-            try:
-                row.update(planned(row, row.get("device_total")))
-            except Exception as exc:  # noqa: BLE001 - a plan that fails is reported, the measurement kept
-                row["planned_error"] = f"{type(exc).__name__}: {exc}"
-        self.rows.append(row)
+        self.rows.append(with_plan(row))
         save(self.rows, self.meta, self.a.out, self.a.json)
         shown = {k: v for k, v in row.items() if k not in ("probes", "planned_terms", "step_times", "settings")}
         print(json.dumps(shown)[:700], file=sys.stderr, flush=True)
         return row
+
+
+def with_plan(row: dict) -> dict:
+    """A measured GRPO row with this slimrl's plan for what it ran (bench/_gpu_plan.py) beside it."""
+    if row.get("kind") == "grpo" and "error" not in row:
+        from _gpu_plan import planned
+
+        try:
+            row.update(planned(row, row.get("device_total")))
+        except Exception as exc:  # noqa: BLE001 - a plan that fails is reported, the measurement kept
+            row["planned_error"] = f"{type(exc).__name__}: {exc}"
+    return row
 
 
 def save(rows: list[dict], run_meta: dict, out: str, also: str | None = None) -> None:
@@ -280,7 +287,8 @@ def main(argv=None) -> int:
 
     if a.report:
         files = {path: json.load(open(path)) for path in a.report}
-        rows = [row for f in files.values() for row in f["rows"]]
+        rows = [row for f in files.values() for row in f["rows"] if not str(row.get("error", "")).startswith("skipped")]
+        rows = [with_plan(row) for row in rows]  # planned again by this slimrl: the plan is arithmetic on the shapes
         print(render(rows, [f.get("meta", {}) for f in files.values()]))
         inputs = {path: f.get("provenance") for path, f in files.items()}
         write_results(a.json or results_path("gpu_memory_report"), {"inputs": inputs, "rows": rows})
