@@ -40,54 +40,71 @@ def run_cli(command: list[str], threads: int) -> tuple[int, float]:
     return proc.returncode, wall
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS / MKL_NUM_THREADS for the run")
-    parser.add_argument("--output_dir", default="outputs/bench-embedded-grpo")
-    parser.add_argument("--json", default=results_path("embedded_grpo"), help="the results file")
-    parser.add_argument("extra", nargs="*", help="extra flags for slimrl grpo (after --)")
-    args = parser.parse_args()
-    command = ["grpo", "--output_dir", args.output_dir, *args.extra]
-    returncode, wall = run_cli(command, args.threads)
-    if returncode != 0:
-        return returncode
-    out = os.path.join(ROOT, args.output_dir)
+def mean_of(rows: list[dict], key: str) -> float | None:
+    """The mean of `key` over the rows that hold a number for it, to 3 decimals (None if none does)."""
+    values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+    return round(sum(values) / len(values), 3) if values else None
+
+
+def summarize(out: str) -> dict:
+    """Accuracy before/after from eval.json; the rewards over the first and last steps from metrics.jsonl."""
     with open(os.path.join(out, "eval.json")) as f:
         summary = json.load(f)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     steps = [r for r in rows if "reward" in r]
     k = max(1, min(5, len(steps) // 2))
-
-    def mean(key, part):
-        vals = [r[key] for r in part if isinstance(r.get(key), (int, float))]
-        return round(sum(vals) / len(vals), 3) if vals else None
-
     result = {
-        "command": "python -m slimrl.cli " + " ".join(command),
-        "threads": args.threads,
-        "wall_seconds": round(wall, 1),
         "train_seconds": summary.get("train_seconds"),
         "steps": len(steps),
         "accuracy_before": summary.get("accuracy_before"),
         "accuracy_after": summary.get("accuracy_after"),
         "eval_n": (summary.get("eval_after") or {}).get("n"),
-        "reward_first_steps": mean("reward", steps[:k]),
-        "reward_last_steps": mean("reward", steps[-k:]),
-        "format_first_steps": mean("rewards/format_reward/mean", steps[:k]),
-        "format_last_steps": mean("rewards/format_reward/mean", steps[-k:]),
-        "correct_first_steps": mean("rewards/correctness_reward/mean", steps[:k]),
-        "correct_last_steps": mean("rewards/correctness_reward/mean", steps[-k:]),
-        "closeness_first_steps": mean("rewards/closeness_reward/mean", steps[:k]),
-        "closeness_last_steps": mean("rewards/closeness_reward/mean", steps[-k:]),
-        "seconds_per_step": (
-            round(summary["train_seconds"] / max(1, len(steps)), 1) if summary.get("train_seconds") else None
-        ),
-        "kl_last": steps[-1].get("kl") if steps else None,
-        "steps_averaged": k,
+    }
+    for name, key in (
+        ("reward", "reward"),
+        ("format", "rewards/format_reward/mean"),
+        ("correct", "rewards/correctness_reward/mean"),
+        ("closeness", "rewards/closeness_reward/mean"),
+    ):
+        result[f"{name}_first_steps"] = mean_of(steps[:k], key)
+        result[f"{name}_last_steps"] = mean_of(steps[-k:], key)
+    result["seconds_per_step"] = (
+        round(summary["train_seconds"] / max(1, len(steps)), 1) if summary.get("train_seconds") else None
+    )
+    result.update(kl_last=steps[-1].get("kl") if steps else None, steps_averaged=k)
+    return result
+
+
+def run_and_summarize(command_name: str, summarize_output) -> tuple[str, dict] | int:
+    """The bench's command line: run `slimrl COMMAND_NAME` as a user types it and print its summary (what
+    `summarize_output(output folder)` returns, with the command, threads and wall time). Returns (the results file,
+    the summary) for the caller's write_results, or the command's exit code when it failed."""
+    parser = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS / MKL_NUM_THREADS for the run")
+    parser.add_argument("--output_dir", default=f"outputs/bench-embedded-{command_name}")
+    parser.add_argument("--json", default=results_path(f"embedded_{command_name}"), help="the results file")
+    parser.add_argument("extra", nargs="*", help=f"extra flags for slimrl {command_name} (after --)")
+    args = parser.parse_args()
+    command = [command_name, "--output_dir", args.output_dir, *args.extra]
+    returncode, wall = run_cli(command, args.threads)
+    if returncode != 0:
+        return returncode
+    result = {
+        "command": "python -m slimrl.cli " + " ".join(command),
+        "threads": args.threads,
+        "wall_seconds": round(wall, 1),
+        **summarize_output(os.path.join(ROOT, args.output_dir)),
     }
     print(json.dumps(result, indent=2))
-    write_results(args.json, result)
+    return args.json, result
+
+
+def main() -> int:
+    done = run_and_summarize("grpo", summarize)
+    if isinstance(done, int):
+        return done
+    write_results(*done)
     return 0
 
 

@@ -1,39 +1,21 @@
 """Every figure in README.md and docs/*.md that is a measurement names the committed results file that holds it
-(the convention: tests/_figures.py and docs/testing.md, "Figures and their results files").
-
-KNOWN_MISSING is the one list of measured figures that have no committed results file yet: each entry is a piece of
-text that identifies one block (table or paragraph), whichever page it sits on, and the script that measures it.
-Regenerating a figure means: run the script with `--json bench/results/committed/NAME.json`, copy the numbers it
-printed, put `<!-- results: bench/results/committed/NAME.json -->` before the block, and delete its entry here.
-The list only shrinks: an entry that no longer matches an unmarked block with a figure fails the test.
+(the convention: tests/_figures.py and docs/testing.md, "Figures and their results files"). There are no exceptions:
+a figure whose results file is not committed is not quoted.
 """
 
 import json
 
 import _figures as F
 
-KNOWN_MISSING = [
-    # gpu-and-benchmarks.md, gpu-benchmarks.md: measured on an H100 whose raw results were not kept; a GPU re-measures
-    ("Device: **NVIDIA H100 80GB HBM3**", "bench/gpu_memory.py and scripts/test_gpu.sh"),
-    ("| model | completion | arm | peak GiB | reserved GiB |", "bench/gpu_memory.py --only grpo"),
-    ("| model | trainer | tokens | arm | peak GiB | s/step |", "bench/gpu_memory.py --only pref"),
-    ("What this says: on CUDA, TRL 1.16's own fused Triton", "bench/gpu_memory.py"),
-    ("| model | arm | longest completion that fits |", "bench/gpu_memory.py --only bisect"),
-    ("Of the\n8B × 8 × 8K offload peak (39.6 GiB)", "bench/gpu_memory.py"),
-    ("Against the eight H100 peaks measured earlier", "bench/gpu_memory.py (tests/bench/test_gpu_memory_bench.py)"),
-    # ppo.md
-    ("**Measured** (the bare `slimrl ppo`, seed 42", "no script: a `slimrl ppo` run (bench/embedded_grpo.py's kind)"),
-]
-
 BLOCKS = [block for page in F.pages() for block in F.blocks(page)]
 
 
 def _without_results(blocks: list[F.Block]) -> list[F.Block]:
-    """The blocks with a figure that neither a marker nor KNOWN_MISSING accounts for."""
-    return [b for b in blocks if b.figures and b.mark is None and not any(t in b.text for t, _ in KNOWN_MISSING)]
+    """The blocks with a figure and no marker."""
+    return [b for b in blocks if b.figures and b.mark is None]
 
 
-def test_every_figure_names_its_results_file_or_is_known_missing():
+def test_every_figure_names_its_results_file():
     unmarked = _without_results(BLOCKS)
     assert unmarked == [], (
         "figures without a results file: put <!-- results: bench/results/committed/NAME.json --> before the block "
@@ -57,13 +39,6 @@ def test_an_unmarked_figure_fails_and_a_marker_accounts_for_one(tmp_path):  # th
 def test_not_measured_marks_give_their_reason():
     bare = [f"{b.page}:{b.line}" for b in BLOCKS if b.mark and b.mark[0] == "not measured" and not b.mark[1]]
     assert bare == []
-
-
-def test_the_known_missing_list_only_shrinks():
-    figure_blocks = [b for b in BLOCKS if b.figures and b.mark is None]
-    stale = [text for text, _ in KNOWN_MISSING if not any(text in b.text for b in figure_blocks)]
-    assert stale == [], f"no unmarked figure matches these entries any more: delete them from KNOWN_MISSING: {stale}"
-    assert len({text for text, _ in KNOWN_MISSING}) == len(KNOWN_MISSING)
 
 
 def test_figures_are_found_in_prose_and_tables_and_settings_in_code_are_not():
