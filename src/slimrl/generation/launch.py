@@ -11,10 +11,15 @@
    fed by its own rank's model (each rank syncs its own adapter before its own rollouts).
 3. Each rank's engine samples with `seed + rank`, as TRL seeds its colocate engines by process index, so ranks do
    not draw the same random stream.
+4. A group slimrl joined is destroyed when the interpreter exits (an `atexit` handler, a no-op once the script's own
+   `accelerator.end_training()` or `destroy_process_group()` ran): a gloo group left alive can abort a rank's exit
+   after training has finished ("terminate called without an active exception"). A group someone else created is
+   left to its owner.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 
 import torch
@@ -33,6 +38,16 @@ def join_launch(device_type: str) -> None:
     if device_type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+    atexit.register(destroy_joined_group, dist.group.WORLD)
+
+
+def destroy_joined_group(joined) -> None:
+    """At exit: destroy the group join_launch created if it is still the default one (docstring, point 4): not if
+    the script already ended it, nor a group the script created after that."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.group.WORLD is joined:
+        dist.destroy_process_group()
 
 
 def engine_launch_kwargs(device_type: str, seed: int) -> dict:
