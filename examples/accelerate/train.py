@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import sys
 import tempfile
 
 import torch
@@ -127,31 +129,69 @@ def main(argv=None) -> None:
     parser.add_argument("--num_generations", type=int, default=4)
     parser.add_argument("--learning_rate", type=float, default=5e-5)
     cli = parser.parse_args(argv)
-    from slimrl import FastLanguageModel, PatchFastRL, unpatch
-
     model_name = tiny_model_folder() if cli.model == "tiny" else cli.model
     for algorithm in cli.algorithm.split(","):
-        PatchFastRL(algorithm, FastLanguageModel)
-        model, tokenizer = load(model_name)
-        trainer = trainer_for(algorithm, model, tokenizer, cli)
-        trainer.train()
-        in_sync = ranks_in_sync(trainer.model)
-        if trainer.accelerator.is_main_process:
-            losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-            print(
-                json.dumps(
-                    {
-                        "algorithm": algorithm,
-                        "world_size": trainer.args.world_size,
-                        "distributed_type": str(trainer.accelerator.distributed_type),
-                        "losses": losses,
-                        "ranks_in_sync": in_sync,
-                    }
-                ),
-                flush=True,
-            )
-        unpatch()
+        accelerator = train_one(algorithm, model_name, cli)
+    end_processes(accelerator)
+
+
+def train_one(algorithm: str, model_name: str, cli):
+    """Patch, load, train one algorithm and print its result from rank 0; returns the trainer's accelerator (the
+    trainer and its wrapped model are freed when this returns, while the process group is still up)."""
+    from slimrl import FastLanguageModel, PatchFastRL, unpatch
+
+    PatchFastRL(algorithm, FastLanguageModel)
+    model, tokenizer = load(model_name)
+    trainer = trainer_for(algorithm, model, tokenizer, cli)
+    trainer.train()
+    in_sync = ranks_in_sync(trainer.model)
+    if trainer.accelerator.is_main_process:
+        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        print(
+            json.dumps(
+                {
+                    "algorithm": algorithm,
+                    "world_size": trainer.args.world_size,
+                    "distributed_type": str(trainer.accelerator.distributed_type),
+                    "losses": losses,
+                    "ranks_in_sync": in_sync,
+                }
+            ),
+            flush=True,
+        )
+    unpatch()
+    return trainer.accelerator
+
+
+def end_processes(accelerator) -> None:
+    """Free the models, then destroy the process group: in that order.
+
+    DDP's reducer holds the group too. Once the group is destroyed, the reducer may be its last owner, and freeing
+    the reducer then destroys the group while holding Python's lock (torch frees a reducer with the lock held): the
+    group waits for its worker thread, which may still need that lock to release the tensors of the last collective,
+    and the rank hangs (2 of 10 launches of this script with all five algorithms, before this order). Freed first, the
+    reducer leaves the group's last reference to destroy_process_group, and torch frees a group object without the
+    lock.
+    """
+    accelerator.free_memory()  # drops the accelerator's references to the wrapped model, optimizer and data
+    accelerator.end_training()  # destroys the process group
+
+
+def leave_without_interpreter_teardown() -> None:
+    """Exit at once, once every run has finished and printed.
+
+    Destroying the process group does not stop the gloo groups other objects still hold: DeepSpeed keeps its engines
+    (and each ZeRO-3 parameter its group) in module globals, so their C++ worker threads are still running while
+    Python shuts down. One of them touching Python then (releasing a tensor, running a callback) is stopped by the
+    interpreter in a way that aborts the rank ("terminate called without an active exception", exit -6) after its
+    work is done, and the launcher reports the whole run as failed. Leaving with os._exit skips that teardown.
+    Only the success path gets here: an exception in main() still exits with its traceback and code 1.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
     main()
+    leave_without_interpreter_teardown()

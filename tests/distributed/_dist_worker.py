@@ -34,6 +34,7 @@ import _parity as P
 import _pref_parity as PP
 import _rl_parity as R
 import _tiny as T
+from _launch import end_process_group, leave_without_interpreter_teardown
 
 # What each algorithm's run sets (per-device batch, steps and the learning rate; everything else is TRL's default
 # or the harness's small CPU config)
@@ -254,8 +255,9 @@ def main() -> None:
         result["rollouts"] = _merge_rollouts([r["rollouts"] for r in per_rank]) if result["rollouts"] else []
         torch.save(result, cli.out)
     dist.barrier()
-    dist.destroy_process_group()  # as a user's script should: left alive, gloo's threads can abort the exit
+    end_process_group()  # the trainer is gone with run()'s frame
 
 
 if __name__ == "__main__":
     main()
+    leave_without_interpreter_teardown()

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 import _tiny as T
+from _launch import leave_without_interpreter_teardown
 
 OUTPUTS = ("log_probs", "entropy")
 PROMPT_LEN = 4
@@ -120,3 +121,4 @@ def main(out: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    leave_without_interpreter_teardown()

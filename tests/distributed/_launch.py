@@ -9,6 +9,9 @@ MULTI_CPU config and mpirun; `accelerate launch --multi_gpu --num_processes 2` s
 
 from __future__ import annotations
 
+import functools
+import gc
+import importlib.util
 import os
 import subprocess
 import sys
@@ -34,6 +37,35 @@ def process_env(**extra: str) -> dict:
         env.pop(name, None)  # a launch inside a launch would inherit the outer one's rendezvous
     env.update(extra)
     return env
+
+
+def end_process_group() -> None:
+    """A worker's end, called once no trainer is referenced any more: free what is left of the trainers, then destroy
+    the group, in that order (examples/accelerate/train.py's end_processes says why: a DDP reducer freed after the
+    group was destroyed can hang the rank)."""
+    import torch.distributed as dist
+
+    gc.collect()
+    dist.destroy_process_group()
+
+
+@functools.cache
+def _example_module():
+    spec = importlib.util.spec_from_file_location("accelerate_example", ROOT / "examples/accelerate/train.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
+def example_function(name: str):
+    """A function of examples/accelerate/train.py, loaded from that file (its one owner: users copy it alone)."""
+    return getattr(_example_module(), name)
+
+
+def leave_without_interpreter_teardown() -> None:
+    """A worker's last call, once its results are written and its process group destroyed: the exit that
+    examples/accelerate/train.py ends with (its docstring says why)."""
+    example_function("leave_without_interpreter_teardown")()
 
 
 def torchrun(script: str | Path, *args: str, nproc: int = 2, check: bool = True, **env: str):

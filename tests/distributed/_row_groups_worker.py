@@ -17,6 +17,7 @@ from slimrl.patches.row_groups import row_group_stats
 
 import _rl_parity as R
 import _tiny as T
+from _launch import end_process_group, leave_without_interpreter_teardown
 
 AUTO_GROUP_TOKENS = 30  # a couple of the tiny rows per group
 
@@ -27,6 +28,18 @@ def main() -> None:
     parser.add_argument("--no-agreement", action="store_true", help="negative control: each rank its own count")
     cli = parser.parse_args()
     torch.set_num_threads(1)
+    record = train(cli)
+    per_rank = [None] * dist.get_world_size()
+    dist.all_gather_object(per_rank, record)
+    if dist.get_rank() == 0:
+        with open(cli.out, "w") as f:
+            json.dump(per_rank, f)
+    dist.barrier()
+    end_process_group()  # the trainer is gone with train()'s frame
+
+
+def train(cli) -> dict:
+    """Patched GRPO on 2 ranks with row groups; this rank's record of the groups it planned and ran."""
     rg.AUTO_GROUP_TOKENS = AUTO_GROUP_TOKENS
     planned = []
     real_split = rg.split_to
@@ -52,21 +65,15 @@ def main() -> None:
     gathered = [torch.zeros_like(weights) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, weights)
     stats = row_group_stats(trainer)
-    record = dict(
+    return dict(
         world_size=trainer.args.world_size,
         grouped_steps=stats.grouped_steps,
         grouped_passes=stats.grouped_passes,
         planned=planned,
         equal_weights=all(torch.equal(gathered[0], w) for w in gathered),
     )
-    per_rank = [None] * dist.get_world_size()
-    dist.all_gather_object(per_rank, record)
-    if dist.get_rank() == 0:
-        with open(cli.out, "w") as f:
-            json.dump(per_rank, f)
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    leave_without_interpreter_teardown()

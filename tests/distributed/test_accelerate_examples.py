@@ -5,6 +5,14 @@
   ranks end with the same LoRA weights. ORPO under DDP is the regression check of the lean preference head's graph
   carrier (DDP's unused-parameter search used to fail on it).
 - zero2.yaml / zero3.yaml: the same under DeepSpeed's CPU accelerator (when deepspeed is installed).
+- The example frees its models before it destroys the process group (end_processes; its docstring says why a DDP
+  reducer that outlives the group can hang the rank): _reducer_worker.py trains with the example's train_one and ends
+  with its end_processes, and no DDP model may be alive when the group is destroyed; with one still referenced (the
+  negative control) the count is one.
+- The example leaves with os._exit(0) (its docstring says why) only once every run has finished: a later run that
+  raises still fails the launch, after the earlier run's results were printed. _exit_worker.py recreates the abort it
+  avoids (gloo's thread touching Python while the interpreter shuts down) and checks that the exit avoids it; the
+  same script ending the ordinary way is the negative control, which must abort.
 - fsdp2.yaml on CPUs: slimrl refuses with its message (accelerate would train DDP instead); fsdp2.yaml on GPUs is
   tests/gpu/test_gpu_distributed.py's.
 """
@@ -13,7 +21,7 @@ import json
 
 import pytest
 
-from _launch import ROOT, accelerate_launch
+from _launch import ROOT, accelerate_launch, torchrun
 
 pytestmark = pytest.mark.distributed
 EXAMPLES = ROOT / "examples/accelerate"
@@ -61,3 +69,27 @@ def test_fsdp2_config_on_cpus_is_refused(tmp_path):
     )
     assert done.returncode != 0
     assert "FSDP was asked for, but the 2 processes train on CPUs" in done.stdout, done.stdout[-3000:]
+
+
+def test_example_failure_after_a_finished_run_still_fails_the_launch(tmp_path):
+    done = torchrun(EXAMPLES / "train.py", "--algorithm", "dpo,not_an_algorithm", "--output_dir", tmp_path, check=False)
+    assert list(_runs(done.stdout)) == ["dpo"], done.stdout[-3000:]
+    assert done.returncode != 0
+    assert "Unknown algorithm 'not_an_algorithm'" in done.stdout, done.stdout[-3000:]
+
+
+@pytest.mark.parametrize("ending", ["hard", "plain"])
+def test_example_exit_avoids_the_abort_at_interpreter_shutdown(ending):
+    done = torchrun(ROOT / "tests/distributed/_exit_worker.py", ending, check=False)
+    if ending == "hard":
+        assert done.returncode == 0, done.stdout[-3000:]
+    else:
+        assert done.returncode != 0
+        assert "terminate called without an active exception" in done.stdout, done.stdout[-3000:]
+
+
+@pytest.mark.parametrize("mode", ["example", "held"])
+def test_example_frees_its_models_before_ending_the_group(tmp_path, mode):
+    done = torchrun(ROOT / "tests/distributed/_reducer_worker.py", mode, tmp_path)
+    line = next(x for x in done.stdout.splitlines() if x.startswith('{"live_ddp_models'))
+    assert json.loads(line)["live_ddp_models_when_the_group_ends"] == ([0] if mode == "example" else [1]), line

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import sys
 
+from _launch import end_process_group, leave_without_interpreter_teardown
 
-def main(out: str, model_dir: str, stale_rank: int = -1) -> None:
+
+def train(out: str, model_dir: str, stale_rank: int = -1) -> None:
     import torch
     import torch.distributed as dist
     import trl
@@ -76,4 +78,6 @@ def main(out: str, model_dir: str, stale_rank: int = -1) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], *(int(x) for x in sys.argv[3:4]))
+    train(sys.argv[1], sys.argv[2], *(int(x) for x in sys.argv[3:4]))
+    end_process_group()  # the trainer is gone with train()'s frame
+    leave_without_interpreter_teardown()
