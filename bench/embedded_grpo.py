@@ -31,7 +31,7 @@ def run_cli(command: list[str], threads: int) -> tuple[int, float]:
     )
     env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "slimrl.cli", *command]
-    print("$", " ".join(cmd), flush=True)
+    print("$ python -m slimrl.cli", " ".join(command), flush=True)  # the interpreter's path is this machine's
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=ROOT)
     wall = time.perf_counter() - t0

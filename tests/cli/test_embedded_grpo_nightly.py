@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+from slimrl.cli.args import CLI_DEFAULTS
+
 
 @pytest.mark.nightly
 def test_default_command_raises_reward_and_accuracy(tmp_path, all_cores):
@@ -22,7 +24,7 @@ def test_default_command_raises_reward_and_accuracy(tmp_path, all_cores):
     out = tmp_path / "run"
     assert main(["grpo", "--output_dir", str(out), "--seed", "1"]) == 0
     steps = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "reward" in r]
-    assert len(steps) == 60
+    assert len(steps) == CLI_DEFAULTS["max_steps"][0]
     first = sum(r["reward"] for r in steps[:5]) / 5
     last = sum(r["reward"] for r in steps[-5:]) / 5
     assert last > first + 0.2, (first, last)
