@@ -94,8 +94,8 @@ def _gpus() -> list[str]:
 
 
 def provenance() -> dict:
-    """Where a result comes from: the commit (and whether src/ or bench/ had uncommitted changes), the machine, the
-    library versions, the command line, the date (UTC)."""
+    """Where a result comes from: the commit (and whether src/ or bench/ had uncommitted changes, results files
+    aside), the machine, the library versions, the command line, the date (UTC)."""
     versions = {"python": platform.python_version()}
     for name in LIBRARIES:
         try:
@@ -103,7 +103,7 @@ def provenance() -> dict:
         except metadata.PackageNotFoundError:
             pass
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
-    changed = _git("status", "--porcelain", "--untracked-files=no", "--", "src", "bench")
+    changed = _git("status", "--porcelain", "--untracked-files=no", "--", "src", "bench", ":(exclude)bench/results")
     script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT) if sys.argv and sys.argv[0] else "?"
     return {
         "commit": _git("rev-parse", "HEAD"),
@@ -126,9 +126,10 @@ def write_results(path: str, data: dict | list) -> str:
     """Write the results file: {"provenance", "stdout", **data} (a list of rows goes under "rows"). Returns the path."""
     data = {"rows": data} if isinstance(data, list) else data
     kept = sys.stdout.kept.getvalue() if isinstance(sys.stdout, _KeptStdout) else ""
+    source = provenance()  # before the file is opened: replacing a committed results file is not a change to the code
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump({"provenance": provenance(), "stdout": kept, **data}, f, indent=1, default=str)
+        json.dump({"provenance": source, "stdout": kept, **data}, f, indent=1, default=str)
     return path
 
 

@@ -33,6 +33,26 @@ def test_a_results_file_holds_provenance_what_was_printed_and_the_rows(tmp_path,
     assert "| slimrl | 1.29 |" in written["stdout"] and written["rows"] == [{"peak": 1.2866}]
 
 
+def test_uncommitted_changes_means_the_code_not_the_results_file_written(tmp_path, monkeypatch):
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True)
+
+    results = tmp_path / "bench" / "results" / "committed" / "x.json"
+    results.parent.mkdir(parents=True)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "code.py").write_text("A = 1\n")
+    results.write_text("{}")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "x")
+    monkeypatch.setattr(_common, "ROOT", str(tmp_path))
+    written = json.loads(Path(_common.write_results(str(results), {"peak": 1.0})).read_text())
+    assert written["provenance"]["uncommitted_changes"] is False  # the results file it replaces is not code
+    (tmp_path / "src" / "code.py").write_text("A = 2\n")
+    written = json.loads(Path(_common.write_results(str(results), {"peak": 1.0})).read_text())
+    assert written["provenance"]["uncommitted_changes"] is True
+
+
 def test_only_a_bench_script_run_as_such_keeps_its_output():
     assert _common.is_bench_script(str(ROOT / "bench" / "grpo_memory.py"))
     assert not _common.is_bench_script(str(ROOT / "tests" / "bench" / "test_results_file.py"))
