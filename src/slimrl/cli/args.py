@@ -36,7 +36,7 @@ CLI_DEFAULTS: dict[str, tuple[object, str]] = {
     **SHORT_RUN_DEFAULTS,
     "output_dir": (DEFAULT_OUTPUT_DIR, "{task} is replaced by the task or dataset name"),
     "learning_rate": (2e-4, "LoRA needs a far larger step than full fine-tuning's 1e-6 to move in 60 steps"),
-    "max_steps": (60, "held-out accuracy 0.32 -> 0.66 in 60 steps (45 steps stopped at 0.59, 30 at 0.48-0.59)"),
+    "max_steps": (60, "held-out accuracy about doubles in 60 steps, under 10 min on 2 cores (45 stopped below 0.6)"),
     "per_device_train_batch_size": (8, "TRL's value, kept explicit: 8 completions per micro-batch"),
     "gradient_accumulation_steps": (2, "2 micro-batches = one generation batch of 2 prompts x 8 completions"),
     "num_generations": (8, "TRL's value, kept explicit: 8 completions per prompt give the group baseline"),
