@@ -54,12 +54,12 @@ mkdir -p "$out"
 source scripts/gpu_env.sh
 WHEEL_DIR="${WHEEL_DIR:-.whl}"
 if [ -z "${SLIMRL_COMMIT:-}" ] && [ -f "$WHEEL_DIR/source.json" ]; then
-    SLIMRL_COMMIT=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["commit"])' "$WHEEL_DIR/source.json")
+    SLIMRL_COMMIT=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["commit"])' "$WHEEL_DIR/source.json")
     export SLIMRL_COMMIT
 fi
 if compgen -G "$WHEEL_DIR/unsloth/*.whl" > /dev/null; then
     export UNSLOTH_SITE="${UNSLOTH_SITE:-/tmp/unsloth-site}"
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$UNSLOTH_SITE" \
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$UNSLOTH_SITE" \
         "$WHEEL_DIR"/unsloth/*.whl
 fi
 
@@ -80,7 +80,7 @@ if [ "$left" -lt 60 ]; then
     exit 1
 fi
 set +e
-python3 bench/gpu_memory.py --preset "$preset" --out "$out/bench" --deadline "$left" ${extra[@]+"${extra[@]}"} \
+"$PYTHON" bench/gpu_memory.py --preset "$preset" --out "$out/bench" --deadline "$left" ${extra[@]+"${extra[@]}"} \
     2> >(tee "$out/bench.log" >&2)
 bench_status=$?
 set -e

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 source scripts/gpu_env.sh
 export CUBLAS_WORKSPACE_CONFIG="${CUBLAS_WORKSPACE_CONFIG:-:4096:8}"  # deterministic cuBLAS (the parity tests)
 
-python3 - <<'EOF'
+"$PYTHON" - <<'EOF'
 import importlib
 import os
 import sys
@@ -54,4 +54,4 @@ else:
 EOF
 
 # tests/gpu unless paths are given: other folders import CPU-side extras (gguf) when collected
-exec python3 -m pytest -q -ra -m gpu -p no:cacheprovider "${@:-tests/gpu}"
+exec "$PYTHON" -m pytest -q -ra -m gpu -p no:cacheprovider "${@:-tests/gpu}"

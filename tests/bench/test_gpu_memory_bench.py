@@ -251,13 +251,14 @@ def test_script_refuses_bad_arguments_before_any_work(args, message):
 
 @pytest.mark.slow
 def test_script_runs_the_tier_then_the_bench_on_cpu(tmp_path):
-    """No CUDA: the tier is collected and skipped (ALLOW_NO_GPU=1), then the bench's CPU smoke for two arms."""
+    """No CUDA: the tier is collected and skipped (ALLOW_NO_GPU=1), then the bench's CPU smoke for two arms, both run by
+    this test's interpreter ($PYTHON; the system python3 may have no torch)."""
     empty = tmp_path / "wheels"
     empty.mkdir()
     out = tmp_path / "out"
     proc = _script(
         "--out", str(out), "--budget", "500", "--", "--smoke", "--only", "grpo", "--arms", "stock", "slimrl",
-        ALLOW_NO_GPU="1", WHEEL_DIR=str(empty), OMP_NUM_THREADS="1",
+        ALLOW_NO_GPU="1", WHEEL_DIR=str(empty), OMP_NUM_THREADS="1", PYTHON=sys.executable,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (out / "gpu_tier.status").read_text().strip() == "0"
