@@ -32,7 +32,8 @@ Why the tolerance is not a fixed rtol:
      forward packs other rows; and an ill-conditioned gradient's error is a few upstream roundings times a fixed
      pattern, so its norm varies like a scalar's (DPO IPO full fine-tuning, second-step embedding gradient: stock
      3.0e-2 from r under one CPU setting, 3.6e-3 under another, patched 1.8e-2, sigma 1.1e-2). sigma, the same
-     rounding modelled in every linear layer of the float64 run, covers this once (F = 1) on a tensor. A scalar's
+     rounding modelled in every linear layer and every returned log-prob of the float64 run (_reference.py, points 2,
+     3 and 6), covers this once (F = 1) on a tensor. A scalar's
      e(stock) is a single random number (a ratio of two of them is unbounded), and the noise model leaves out the
      rounding of the loss arithmetic itself (a KL metric of exp(d) - d - 1 with d ~ 1e-4 cancels in float32 where
      the linear layers round little): scalars keep K = 8, F = 16.

@@ -28,6 +28,16 @@ with float32-sized rounding noise (Monte Carlo arithmetic, drawn three times).
    completions tie at the threshold the reference dropped the tied tokens that every float32 side keeps (3 tokens
    of 18, then 1: every side then differed from the reference by 3.8e-3 in the final weights, and the case could
    not see a change below 3e-4). The float64 sides' mask is TRL's own function on their entropies rounded to float32.
+6. The log-probability's own rounding. A float32 head returns log p = z_t - log Z: it rounds log Z (u |log Z|) and the
+   difference (u |log p|), fresh in every pass, and a float64 head rounds neither. Two passes over the same rows that
+   round alike (stock TRL forwards its old-log-prob pass and its training pass at the same width) cancel it in a
+   log-ratio; two that do not (slimrl's padding-free forward drops the columns that are padding for every row of a
+   forward, so the old-log-prob pass and the training pass, which TRL batches with other rows, run at other widths)
+   leave it in the ratio, and RLOO's sequence-level ratio sums it over a completion's tokens. Measured (RLOO, full
+   fine-tuning, temperature 0.7, tests/patches/test_rloo_parity.py [full-beta0-ga2-masktrunc-temp-auto]) on MKL's
+   Intel path: the two passes' log-probs differ by one ulp (4.8e-7 at |log p| ~ 6) on some tokens, the patched
+   gradient of the LM head moves by 9.7e-6 (stock 1.0e-6, the perturbed draws without this term 1.1e-6 to 2.9e-6).
+   So the perturbed sides add u (|log Z| s1 + |log p| s2), fresh signs, to every scored log-prob of every pass.
 """
 
 from __future__ import annotations
@@ -110,6 +120,7 @@ def naive_fused_lm_head(
         if softcap is not None:
             z = softcap * torch.tanh(z / softcap)
         fields = naive_outputs(z / temperature, labels)
+        round_log_probs_like_float32(self, fields, z / temperature)
         mask = fields["label_mask"]
         loss = -fields["log_probs"].sum() / (
             mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
@@ -147,6 +158,24 @@ def output_layer(model):
     return getattr(layer, "base_layer", layer)  # a LoRA-wrapped head: its frozen weight
 
 
+LOG_PROB_ROUNDING = "_slimrl_log_prob_rounding"  # the perturbed model's generator for its log-probs' own rounding
+
+
+def round_log_probs_like_float32(model, fields: dict, z: torch.Tensor) -> None:
+    """On a perturbed model, the rounding a float32 head adds to each log-prob it returns, fresh at every call:
+    log p = z_t - log Z rounds log Z (u |log Z|) and the difference (u |log p|) (point 6 of the docstring)."""
+    generator = getattr(model, LOG_PROB_ROUNDING, None)
+    if generator is None:
+        return
+    with torch.no_grad():
+        log_z = torch.logsumexp(z, -1).abs()
+        log_p = fields["log_probs"].abs()
+        noise = U32 * (
+            log_z * _random_signs(log_z.shape, generator, log_z) + log_p * _random_signs(log_p.shape, generator, log_p)
+        )
+    fields["log_probs"] = torch.where(fields["label_mask"], fields["log_probs"] + noise, fields["log_probs"])
+
+
 def _random_signs(shape, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
     return torch.randint(0, 2, shape, generator=generator).to(like) * 2 - 1
 
@@ -154,9 +183,12 @@ def _random_signs(shape, generator: torch.Generator, like: torch.Tensor) -> torc
 @torch.no_grad()
 def perturb_rounding(model, seed: int) -> None:
     """Multiply every weight of the model's output layer by (1 + u32 * s), s = +-1, and add to every linear layer's
-    output, at every call, u32 * (|x| @ |W|^T) * s' with fresh signs s' (the module docstring, points 2 and 3)."""
+    output, at every call, u32 * (|x| @ |W|^T) * s' with fresh signs s' (the module docstring, points 2 and 3); its
+    float64 head rounds every scored log-prob like a float32 head, fresh at every call (point 6)."""
     layer = output_layer(model)
     generator = torch.Generator(device="cpu").manual_seed(seed)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    setattr(base, LOG_PROB_ROUNDING, generator)
     layer.weight.mul_(1 + U32 * _random_signs(layer.weight.shape, generator, layer.weight))
 
     def round_like_float32(module, inputs, output):
