@@ -2,7 +2,7 @@
 # The test command, the one CI runs (.ci/run: ruff, then this): the tiers of TIERS, one after the other,
 # each installing what it needs into its own virtual environment first, then a table of each tier's outcome, wall
 # time and CPU time. Exit status 1 when any tier failed (every tier still runs).
-#   bash scripts/test.sh                    every tier of TIERS (what CI runs: default, slow, distributed, vllm, notebooks)
+#   bash scripts/test.sh                    every tier of TIERS (what CI runs: default, slow, mkl_paths, distributed, vllm, notebooks)
 #   bash scripts/test.sh default vllm       those tiers, in that order
 #   bash scripts/test.sh -x tests/ops       the default tier alone with these pytest arguments (the first argument is
 #                                           not a tier name), e.g. `bash scripts/test.sh -m slow` for the slow tier's tests
@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TIERS=(default slow distributed vllm notebooks)
+TIERS=(default slow mkl_paths distributed vllm notebooks)
 # The other tiers run by name (`bash scripts/test.sh nightly`); a CPU tier joins TIERS once it has been timed on a
 # clean 2-core clone within CI's budget (docs/testing.md, "Time").
 NOT_IN_CI=(nightly gpu)  # nightly: learning runs of 10 minutes to an hour or more each on 2 cores, run on a schedule; gpu: needs a CUDA GPU (docs/gpu-and-benchmarks.md)
