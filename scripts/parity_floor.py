@@ -21,7 +21,8 @@ each at its own delta (SLIMRL_PARITY_NUDGE={test id: delta}). Cases whose checks
 compared on one model: tests/ops, the seam called directly) are listed with that reason.
 
 Set OMP_NUM_THREADS and the emulation variables (MKL_ENABLE_INSTRUCTIONS=AVX2, MKL_CBWR=COMPATIBLE,
-ATEN_CPU_CAPABILITY=default, ...) in the environment: every pytest process inherits them (default: one thread).
+ATEN_CPU_CAPABILITY=default, LD_PRELOAD of scripts/mkl_intel_path.c built, ...) in the environment: every pytest
+process inherits them (default: one thread).
 """
 
 from __future__ import annotations
@@ -43,7 +44,15 @@ SURVEY_DELTAS = (0.0, 1e-5, 2e-5)
 BRACKET = 1.11  # bisection stops when the failing and passing deltas are within 11%
 MAX_ROUNDS = 12
 # the settings that emulate other CPUs (docs/parity.md, "Margins on other CPUs"), recorded in a report's results file
-ENV_SETTINGS = ("OMP_NUM_THREADS", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "ATEN_CPU_CAPABILITY")
+# (LD_PRELOAD: scripts/mkl_intel_path.c built, MKL's Intel path on any x86 CPU; recorded by file name)
+ENV_SETTINGS = (
+    "OMP_NUM_THREADS",
+    "ONEDNN_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "MKL_CBWR",
+    "ATEN_CPU_CAPABILITY",
+    "LD_PRELOAD",
+)
 GUESS_RANGE = (1e-7, 1e-3)  # a prediction outside (a discrete metric flipping) starts the bracket at its edge
 
 
@@ -225,6 +234,7 @@ def report(out: Path, json_path: str | None) -> None:
         from bench._common import write_results
 
         env = {name: os.environ.get(name) for name in ENV_SETTINGS}
+        env["LD_PRELOAD"] = env["LD_PRELOAD"] and os.path.basename(env["LD_PRELOAD"])
         env["OMP_NUM_THREADS"] = env["OMP_NUM_THREADS"] or "1"  # run_pytest's default
         data = {"environment": env, "kinds": parity_margins.kinds_data(kinds), "controls": controls}
         data["detection_at_delta"] = {"delta": SURVEY_DELTAS[1], "smallest_e_over_bound": detection}
