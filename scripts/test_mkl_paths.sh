@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The MKL-paths tier: the parity tests (stock vs patched, docs/parity.md) once on each of MKL's two code paths, so a
-# machine of either CPU vendor checks both. MKL rounds float32 products in another order on an Intel CPU than on any
-# other (its "generic" path, which MKL_CBWR=COMPATIBLE selects everywhere), and a case tuned on one failed on the
-# other. Runs in .venv, one thread, every parity case of the default and slow tiers:
-#   1. MKL_CBWR=COMPATIBLE: the generic path (an AMD CPU's default);
-#   2. LD_PRELOAD of scripts/mkl_intel_path.c built with cc: the Intel path (an Intel CPU's default), first checked
-#      to change MKL's rounding (else the run fails: nothing would be tested).
+# The MKL-paths tier: the parity tests (stock vs patched, docs/parity.md) on two more of MKL's code paths than the
+# CPU's own, so a machine of either CPU vendor checks the other's. MKL rounds float32 products in another order on an
+# Intel CPU than on an AMD one, and a case tuned on one failed on the other. Runs in .venv, one thread, every parity
+# case of the default and slow tiers:
+#   1. MKL_CBWR=COMPATIBLE: MKL's reproducibility baseline, the same kernels on every x86 CPU;
+#   2. LD_PRELOAD of scripts/mkl_intel_path.c built with cc: the Intel path (an Intel CPU's default) on any x86 CPU,
+#      first checked to round otherwise than (1) (else the run fails: nothing would be tested).
 # Extra arguments go to both pytest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,16 +30,16 @@ gemm_digest() {  # a float32 product whose rounding depends on MKL's path, print
 a, b = torch.randn(333, 4097, generator=g), torch.randn(4097, 517, generator=g)
 print((a @ b).double().sum().item())'
 }
-generic=$(MKL_CBWR=COMPATIBLE gemm_digest)
+baseline=$(MKL_CBWR=COMPATIBLE gemm_digest)
 intel=$(LD_PRELOAD="$INTEL_PATH" gemm_digest)
-if [ "$generic" = "$intel" ]; then
-    echo "test_mkl_paths: the preloaded library did not change MKL's rounding ($generic on both paths)" >&2
+if [ "$baseline" = "$intel" ]; then
+    echo "test_mkl_paths: the preloaded library did not change MKL's rounding ($baseline on both paths)" >&2
     exit 1
 fi
-echo "MKL's two paths round one float32 product as $generic (generic) and $intel (Intel)" >&2
+echo "MKL rounds one float32 product to $baseline (COMPATIBLE) and to $intel (Intel path)" >&2
 
 failed=0
-echo "=== parity on MKL's generic path (MKL_CBWR=COMPATIBLE) ===" >&2
+echo "=== parity on MKL's baseline path (MKL_CBWR=COMPATIBLE) ===" >&2
 MKL_CBWR=COMPATIBLE "$PY" -m pytest -q -ra "${PARITY[@]}" "$@" || failed=1
 echo "=== parity on MKL's Intel path (LD_PRELOAD=scripts/mkl_intel_path.c) ===" >&2
 LD_PRELOAD="$INTEL_PATH" "$PY" -m pytest -q -ra "${PARITY[@]}" "$@" || failed=1
