@@ -93,3 +93,42 @@ def test_the_versions_the_scripts_install_are_supported():
     assert "VLLM_PINS" in install_vllm and not re.search(
         r"vllm(-cpu)?==\d", install_vllm
     )  # the pin is read, not copied
+
+
+RANGE_IN_DOCS = re.compile(r"`([A-Za-z][A-Za-z0-9_-]*)?(>=\d[^`]*)`")  # `trl>=1.16,<1.17` or `>=1.16,<1.17`
+
+
+def _quoted_ranges(text: str, table: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(package, quoted range, the table's range) for every backticked range a page gives a package of `table`: the
+    package named in the backticks, else the last one named before them on the same line (none: not a package's)."""
+    names = sorted(table, key=len, reverse=True)
+    found = []
+    for line in text.splitlines():
+        for match in RANGE_IN_DOCS.finditer(line):
+            named = match.group(1)
+            if named is None:
+                before = [(line.lower().rfind(n), n) for n in names if n in line[: match.start()].lower()]
+                named = max(before)[1] if before else None
+            if named is not None and named.lower() in table:
+                found.append((named, match.group(2), table[named.lower()]))
+    return found
+
+
+def test_every_range_the_docs_quote_is_the_table():
+    table = {**versions.SUPPORTED, **versions.EXTRAS_SUPPORTED, **versions.VLLM_SUPPORTED}
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    quoted = {page.name: _quoted_ranges(page.read_text(), table) for page in pages}
+    assert sum(len(q) for q in quoted.values()) >= len(versions.SUPPORTED)  # the install page's table is read
+    wrong = {name: [q for q in found if q[1] != q[2]] for name, found in quoted.items()}
+    assert {name: found for name, found in wrong.items() if found} == {}
+
+
+def test_a_stale_range_in_a_page_is_found():  # the negative control
+    table = {**versions.SUPPORTED, **versions.VLLM_SUPPORTED}
+    stale = "| TRL outside `>=1.16,<2`, or a moved seam |\nwith vLLM `vllm>=0.32,<0.34`\n| torch | `>=2.11,<2.14` |"
+    found = _quoted_ranges(stale, table)
+    assert [(name, spec) for name, spec, owner in found if spec != owner] == [
+        ("trl", ">=1.16,<2"),
+        ("vllm", ">=0.32,<0.34"),
+    ]
+    assert ("torch", ">=2.11,<2.14", versions.SUPPORTED["torch"]) in found
