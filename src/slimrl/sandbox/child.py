@@ -16,6 +16,7 @@ import io
 import sys
 import types
 
+import guards
 import kernel
 import wire
 
@@ -59,37 +60,11 @@ def _module_views(modules: dict, hidden: dict) -> dict:
     return views
 
 
-def _sandbox_builtins(settings: dict, views: dict) -> dict:
-    refused_attributes = set(settings["refused_attributes"])
-
-    def check(name):
-        if not isinstance(name, str):
-            raise TypeError("attribute name must be a string")
-        if name.startswith("_") or name in refused_attributes:
-            raise AttributeError(f"the attribute {name!r} is not available in the sandbox")
-        return name
-
-    def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
-        if level or name not in views:
-            raise ImportError(f"import of {name!r} is not allowed in the sandbox")
-        return views[name] if fromlist else views[name.split(".")[0]]
-
-    table = {k: v for k, v in vars(builtins).items() if not k.startswith("__") or k == "__build_class__"}
-    for name in settings["refused_builtins"]:
-        table.pop(name, None)
-    table.update(
-        __import__=guarded_import,
-        getattr=lambda obj, name, *default: getattr(obj, check(name), *default),
-        hasattr=lambda obj, name: hasattr(obj, check(name)),
-        setattr=lambda obj, name, value: setattr(obj, check(name), value),
-        delattr=lambda obj, name: delattr(obj, check(name)),
-    )
-    return table
-
-
 def _define(request: dict, settings: dict, views: dict):
     code = compile(request["source"], "<model code>", "exec", flags=request["annotations_flag"], dont_inherit=True)
-    table = _sandbox_builtins(settings, views) if settings["interpreter_policy"] else builtins.__dict__
+    table = (
+        guards.sandbox_builtins(vars(builtins), settings, views) if settings["interpreter_policy"] else vars(builtins)
+    )
     module = sys.modules["sandbox"] = types.ModuleType("sandbox")  # what dataclasses & co. look classes up in
     namespace = module.__dict__
     namespace["__builtins__"] = table
@@ -120,6 +95,15 @@ def _serve(function, output: _CappedOutput) -> None:
         _send(("ok", result, output.take()))
 
 
+def _forget_setup_modules() -> None:
+    """Drop what only the set-up needed (ctypes, the lock-down's libc handles) from places model code could walk
+    to: this module's globals and sys.modules. The modules the serving loop needs (wire: os, pickle) stay."""
+    globals().pop("kernel", None)
+    globals().pop("importlib", None)
+    for name in ("kernel", "ctypes", "ctypes._endian", "_ctypes", "importlib", "importlib.util", "importlib.machinery"):
+        sys.modules.pop(name, None)
+
+
 def main() -> None:
     settings = wire.load(wire.read_frame(_IN))
     output = _CappedOutput(settings["output_limit"])
@@ -135,6 +119,9 @@ def main() -> None:
     status = kernel.lock_down(settings["memory_bytes"], settings["cpu_seconds"], settings["layers"])
     _send(("ready", status))
     request = wire.load(wire.read_frame(_IN))
+    _forget_setup_modules()
+    if settings["interpreter_policy"]:
+        sys.addaudithook(guards.audit_hook(settings))
     try:
         function = _define(request, settings, views)
     except BaseException as exc:
