@@ -116,6 +116,8 @@ def main() -> None:
             continue
     views = _module_views({n: m for n, m in modules.items() if n in settings["allowed_modules"]},
                           settings["refused_module_attributes"])  # fmt: skip
+    if settings["interpreter_policy"]:
+        guards.guard_views(views)
     status = kernel.lock_down(settings["memory_bytes"], settings["cpu_seconds"], settings["layers"])
     _send(("ready", status))
     request = wire.load(wire.read_frame(_IN))

@@ -5,6 +5,7 @@ globals would find `unicodedata` and the lists below, not `os` or `sys`.
 - sandbox_builtins(): the builtins model code sees: the real ones minus the refused, with `__import__` answering module
   views only, and `getattr` / `hasattr` / `setattr` / `delattr` refusing private, dunder, frame and format names
   (NFKC-normalised first, as the parser normalises identifiers).
+- guard_views(): dataclasses' functions check the field names they will write into generated source.
 - audit_hook(): a PEP 578 audit hook refusing every event that touches the operating system (files, processes,
   sockets, imports, ctypes, gc, tracing) and reads of frame and code attributes. It runs whatever reached them:
   code past the other checks (a dataclass built from a crafted namespace, say) still cannot open a file or run a
@@ -13,6 +14,7 @@ globals would find `unicodedata` and the lists below, not `os` or `sys`.
 
 from __future__ import annotations
 
+import keyword
 import unicodedata
 
 _FORMAT_METHODS = ("format", "format_map")
@@ -48,6 +50,56 @@ def sandbox_builtins(real: dict, settings: dict, views: dict) -> dict:
         delattr=lambda obj, name: real_delattr(obj, check(name)),
     )
     return table
+
+
+def _field_names(cls) -> list:
+    """The field names the dataclasses module would write into generated source for `cls` (its annotations and
+    every base's fields)."""
+    if not isinstance(cls, type):
+        return []
+    names = list(dict(cls.__dict__.get("__annotations__", {})))
+    for base in cls.__mro__:
+        fields = dict(getattr(base, "__dataclass_fields__", None) or {})
+        names += [*fields, *(getattr(field, "name", "") for field in fields.values())]
+    return names
+
+
+def _check_fields(cls) -> None:
+    bad = [n for n in _field_names(cls) if not (isinstance(n, str) and n.isidentifier()) or keyword.iskeyword(n)
+           or n.startswith("__")]  # fmt: skip
+    if bad:
+        raise TypeError(f"dataclass field names must be plain identifiers, got {bad[0]!r}")
+
+
+def guard_views(views: dict) -> None:
+    """Module views whose functions generate source from, or read attributes named by, data model code controls:
+    dataclasses (field names go into the generated methods' source) check those names first."""
+    view = views.get("dataclasses")
+    if view is None:
+        return
+    real = {name: getattr(view, name) for name in ("dataclass", "make_dataclass", "asdict", "astuple", "replace")}
+
+    def dataclass(cls=None, /, **options):
+        def wrap(cls):
+            _check_fields(cls)
+            return real["dataclass"](cls, **options)
+
+        return wrap if cls is None else wrap(cls)
+
+    def make_dataclass(cls_name, fields, *, bases=(), **options):
+        for base in bases:
+            _check_fields(base)
+        return real["make_dataclass"](cls_name, fields, bases=bases, **options)
+
+    def checked(name):
+        def call(obj, *args, **kwargs):
+            _check_fields(type(obj))
+            return real[name](obj, *args, **kwargs)
+
+        return call
+
+    view.dataclass, view.make_dataclass = dataclass, make_dataclass
+    view.asdict, view.astuple, view.replace = checked("asdict"), checked("astuple"), checked("replace")
 
 
 def audit_hook(settings: dict):
