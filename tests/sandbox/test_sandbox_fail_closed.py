@@ -112,8 +112,9 @@ def test_bad_settings_are_refused_before_any_process(monkeypatch):
     with pytest.raises(ValueError, match="unknown layers \\['landlok'\\]"):
         Settings(layers_off=("landlok",))
     monkeypatch.setenv(layers.ALLOW_WEAKER_ENV, "maybe")
-    with pytest.raises(ValueError, match="SLIMRL_SANDBOX_ALLOW_WEAKER='maybe'"):
-        layers.enforce({"landlock": "unavailable: x"}, allow_weaker=False)
+    for status in ({"landlock": "unavailable: x"}, dict.fromkeys(layers.KERNEL_LAYERS, "on")):  # even all on
+        with pytest.raises(ValueError, match="SLIMRL_SANDBOX_ALLOW_WEAKER='maybe'"):
+            layers.enforce(status, allow_weaker=True)
     monkeypatch.setenv(layers.ALLOW_WEAKER_ENV, "0")
     with pytest.raises(SandboxUnavailable):
         layers.enforce({"landlock": "unavailable: x", "namespaces": "on", "rlimits": "on", "seccomp": "on"}, False)

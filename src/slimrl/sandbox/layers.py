@@ -60,10 +60,11 @@ def refusal(gone: dict) -> str:
 def enforce(status: dict, allow_weaker: bool) -> None:
     """Raise SandboxUnavailable when a kernel layer is missing and the weaker sandbox is not accepted; warn once
     when it is."""
+    accepted = allow_weaker_from_env() or allow_weaker  # a bad value is refused wherever the code runs
     gone = missing(status)
     if not gone:
         return
-    if not (allow_weaker or allow_weaker_from_env()):
+    if not accepted:
         raise SandboxUnavailable(refusal(gone))
     kept = [name for name in KERNEL_LAYERS if name not in gone]
     notice(
@@ -77,10 +78,10 @@ def enforce(status: dict, allow_weaker: bool) -> None:
 
 def verdict(status: dict, allow_weaker: bool = False) -> str:
     """One line: whether model-written code runs here (for `protection()` and `slimrl doctor`)."""
+    accepted = allow_weaker_from_env() or allow_weaker
     gone = missing(status)
     if not gone:
         return "runs (every layer on)"
-    accepted = allow_weaker or allow_weaker_from_env()
     return (f"runs in a weaker sandbox (accepted): missing {', '.join(gone)}" if accepted
             else f"refused by default: missing {', '.join(gone)}; opt in with {ALLOW_WEAKER_ENV}=1 "
             "or Settings(allow_weaker_sandbox=True)")  # fmt: skip
