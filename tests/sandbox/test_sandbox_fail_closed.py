@@ -75,7 +75,8 @@ def here():
 def test_a_machine_without_the_layer_refuses_by_default_and_runs_with_the_opt_in(here, layer, why):
     refused = trainer(layer)
     assert refused["protection"][layer].startswith(f"unavailable: {why}")
-    assert refused["protection"]["model code"].startswith(f"refused by default: missing {layer}")
+    verdict = refused["protection"]["model code"]
+    assert verdict.startswith("refused by default: missing ") and layer in verdict.split(";")[0]
     message = refused["call 0"]
     assert message.startswith("refused: the sandbox refuses to run model-written code")
     assert f"- {layer}: {why}" in message and layers.WITHOUT[layer] in message  # the layer, why, what it guards
@@ -118,3 +119,28 @@ def test_bad_settings_are_refused_before_any_process(monkeypatch):
     monkeypatch.setenv(layers.ALLOW_WEAKER_ENV, "0")
     with pytest.raises(SandboxUnavailable):
         layers.enforce({"landlock": "unavailable: x", "namespaces": "on", "rlimits": "on", "seccomp": "on"}, False)
+
+
+SUITE_WITHOUT = """
+import errno, sys
+from slimrl.sandbox import kernel
+numbers, error = tuple(int(n) for n in sys.argv[1].split(",")), getattr(errno, sys.argv[2])
+arch = kernel._AUDIT_ARCH[kernel.os.uname().machine]
+assert kernel.install_filter(kernel._seccomp_program(arch, numbers, error)) == "on"
+import pytest
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-x", sys.argv[3]]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layer", ["landlock", "namespaces"])
+def test_the_sandbox_tests_pass_on_a_machine_without_the_layer(here, layer):
+    """What CI on such a machine runs: the tests of what the sandbox does accept the weaker sandbox there
+    (_layers_here.py); those of the refusal see it. About 45 s per layer on 2 cores."""
+    numbers = ",".join(str(n) for n in SYSCALLS[platform.machine()][layer])
+    env = {k: v for k, v in os.environ.items() if k != layers.ALLOW_WEAKER_ENV}
+    folder = Path(__file__).parent
+    run = subprocess.run([sys.executable, "-c", SUITE_WITHOUT, numbers, ERRNO[layer], str(folder)], env=env,
+                         cwd=folder.parents[1], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert " passed" in run.stdout and "skipped" in run.stdout  # the layer's own checks skip, naming it
