@@ -1,9 +1,10 @@
 """What model-written code may use inside the sandbox, checked on its source before anything runs.
 
-This is the interpreter layer: a filter that refuses the obvious (an import outside ALLOWED_MODULES, `open`, `eval`,
-a `_private` or frame attribute, a `__dunder__` name) and gives a reward function a clear verdict. It is not the
-boundary: the sandbox process and its kernel layers are (slimrl.sandbox.kernel). The lists here are the one copy;
-the sandbox process receives them and enforces the same rules at run time (guarded import, getattr, module views).
+This is the interpreter layer's source check: it refuses an import outside ALLOWED_MODULES, `open`, `eval`, and every
+way the source can name a `_private`, dunder or frame attribute (attributes, class patterns, format strings, dunder
+strings), and gives a reward function a clear verdict. The lists here are the one copy: the sandbox process receives
+them and enforces the same rules at run time (guards.py: guarded import and getattr, module views, an audit hook).
+The kernel layers (kernel.py) hold beneath it; without one the sandbox refuses to run model code (layers.py).
 """
 
 from __future__ import annotations
@@ -49,11 +50,9 @@ FORMAT_METHODS = ("format", "format_map")
 SELF_MATCHING = ("bool", "bytearray", "bytes", "dict", "float", "frozenset", "int", "list", "set", "str", "tuple")
 # run time, inside the sandbox process: audit events (PEP 578) refused once the model's code is defined
 REFUSED_EVENTS = (
-    "open", "import", "exec_module", "compile_module", "code.__new__", "function.__new__", "builtins.input",
-    "builtins.breakpoint", "sys.addaudithook", "sys.settrace", "sys.setprofile", "sys._current_frames",
-    "sys._current_exceptions", "sys.setrecursionlimit", "sys.excepthook", "sys.unraisablehook", "cpython.run_command",
-    "cpython.run_file", "cpython.run_module", "cpython.run_startup", "cpython.run_interactivehook",
-    "pickle.find_class", "setopencodehook",
+    "open", "import", "code.__new__", "function.__new__", "builtins.input", "builtins.breakpoint", "sys.addaudithook",
+    "sys.settrace", "sys.setprofile", "sys._current_frames", "sys._current_exceptions", "pickle.find_class",
+    "setopencodehook",
 )  # fmt: skip
 REFUSED_EVENT_PREFIXES = (
     "os.", "subprocess.", "socket.", "shutil.", "ctypes.", "gc.", "marshal.", "mmap.", "resource.", "signal.",
