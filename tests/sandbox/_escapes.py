@@ -220,6 +220,22 @@ CASES = [
         _f(f"def deco(fn):\n    return getattr(fn, {D} + 'globals' + {D})\n@deco\ndef g():\n    pass\nreturn list(g)"),
         "contained: AttributeError",
     ),
+    (
+        "decorators and defaults",
+        "singledispatch evaluates a string annotation",
+        _f(
+            "import functools\n@functools.singledispatch\ndef g(x):\n    return 0\n"
+            f"def h(x: \"(leak := {WRAP_CLOSE}.__init__.__globals__['__name__']) and int\"):\n    return 1\n"
+            "g.register(h)\nreturn leak"
+        ),
+        "refused",
+    ),
+    (
+        "decorators and defaults",
+        "singledispatch fetched at run time",
+        _f("import functools\nreturn str(getattr(functools, 'single' + 'dispatch'))"),
+        "contained: AttributeError",
+    ),
     # pickling
     ("pickling", "import pickle", _f("import pickle\nreturn pickle.dumps(1)"), "refused"),
     (
@@ -279,4 +295,5 @@ CONTROLS = {
     "computed dunder with getattr": "tuple",
     "a module's sys attribute": "posix",
     "format fetched with getattr": "tuple",
+    "singledispatch evaluates a string annotation": "os",
 }

@@ -28,8 +28,10 @@ REFUSED_MODULE_ATTRIBUTES = {
     "operator": ("attrgetter", "methodcaller"),
     "string": ("Formatter",),  # Formatter().get_field("0.__class__", ...) is getattr by another name
     # update_wrapper(w, f, assigned=..., updated=...) reads and copies any attribute it is told to
-    "functools": ("update_wrapper", "wraps", "WRAPPER_ASSIGNMENTS", "WRAPPER_UPDATES"),
-}
+    # singledispatch's register() evaluates a function's annotations (typing.get_type_hints): code in a string
+    "functools": ("update_wrapper", "wraps", "WRAPPER_ASSIGNMENTS", "WRAPPER_UPDATES", "singledispatch",
+                  "singledispatchmethod"),
+}  # fmt: skip
 REFUSED_BUILTINS = (
     "open", "exec", "eval", "compile", "globals", "locals", "vars", "input", "breakpoint", "help", "exit", "quit",
 )  # fmt: skip
@@ -145,12 +147,37 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_arg(self, node: ast.arg) -> None:
         self.bound.add(node.arg)
+        self._annotation(node.annotation)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._annotation(node.annotation)
+        for child in (node.target, node.value):
+            if child is not None:
+                self.visit(child)
+
+    def _annotation(self, node) -> None:
+        """An annotation is checked like code, a string one too: something may evaluate it (get_type_hints)."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                node = ast.increment_lineno(ast.parse(node.value.strip(), mode="eval"), node.lineno - 1)
+            except SyntaxError:
+                return  # not an expression: nothing can evaluate it
+        if node is not None:
+            self.visit(node)
 
     def visit_FunctionDef(self, node) -> None:
         if node.name in REFUSED_METHODS:
             self._refuse(node, f"a method named {node.name}")
         self.bound.add(node.name)
-        self.generic_visit(node)
+        for field, value in ast.iter_fields(node):
+            if field == "returns":
+                self._annotation(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.visit(item)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
 
     visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
 
