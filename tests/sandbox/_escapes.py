@@ -290,7 +290,7 @@ CONTROLS = {
     "keyword attribute __class__": "tuple",
     "nested patterns to __globals__": "__builtins__",
     "literal format reads __subclasses__": "__subclasses__",
-    "exception traceback to the caller's globals": "wire",
+    "exception traceback to the caller's globals": "_serve",
     "dataclass field name injected into generated source": "='os'",
     "computed dunder with getattr": "tuple",
     "a module's sys attribute": "posix",

@@ -142,3 +142,26 @@ def test_the_audit_hook_refuses_what_reaches_the_system_even_from_os_itself():
     assert after == {"open": "open is not allowed in the sandbox", "listdir": "os.listdir is not allowed in the "
                      "sandbox", "system": "os.system is not allowed in the sandbox",
                      "frame": "the attribute 'tb_frame' is not available in the sandbox", "sum": "ran"}  # fmt: skip
+
+
+MODULES_IN_REACH = """
+def f():
+    import math
+    try:
+        1 / 0
+    except ZeroDivisionError as e:
+        frame = e.__traceback__.tb_frame
+    found = []
+    while frame is not None:
+        for scope in (frame.f_globals, frame.f_locals):
+            found += sorted({frame.f_code.co_name + ":" + k for k, v in scope.items() if type(v).__name__ == "module"})
+        frame = frame.f_back
+    return found
+"""
+
+
+def test_the_serving_loops_frames_and_globals_hold_no_module():
+    """With the filter off, a function walks every frame above it (the serving loop, the process's entry) and lists
+    the modules in their globals and locals: only its own `math` (the control: the walk sees modules)."""
+    kind, text = attempt(MODULES_IN_REACH, interpreter_policy=False)
+    assert (kind, text) == ("returned", "['f:math']")

@@ -24,7 +24,8 @@ from . import layers, limits, policy, wire
 
 START_SECONDS = 30.0
 OUTPUT_LIMIT_CHARS = 10_000
-_BOOT = "import sys; sys.path[:0] = [{folder!r}]; import child; child.main()"
+# __main__ keeps no module: its frame is the outermost of the serving loop's
+_BOOT = "import sys; sys.path[:0] = [{folder!r}]; del sys, __builtins__; __import__('child').main()"
 _SPARES: dict = {}
 _SPARES_LOCK = threading.Lock()
 
