@@ -71,6 +71,7 @@ def here():
     "layer, why",
     [("landlock", "this kernel has no Landlock (it needs Linux 5.13+"),
      ("namespaces", "unprivileged user namespaces are refused here")],
+    ids=["landlock", "namespaces"],
 )  # fmt: skip
 def test_a_machine_without_the_layer_refuses_by_default_and_runs_with_the_opt_in(here, layer, why):
     refused = trainer(layer)
