@@ -145,3 +145,16 @@ def test_the_sandbox_tests_pass_on_a_machine_without_the_layer(here, layer):
                          cwd=folder.parents[1], capture_output=True, text=True, timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stdout[-4000:]
     assert " passed" in run.stdout and "skipped" in run.stdout  # the layer's own checks skip, naming it
+
+
+def test_the_verdict_doctor_prints(monkeypatch):
+    monkeypatch.delenv(layers.ALLOW_WEAKER_ENV, raising=False)
+    on = dict.fromkeys(layers.KERNEL_LAYERS, "on")
+    without = {**on, "landlock": "unavailable: no Landlock", "seccomp": "unavailable: not Linux"}
+    assert layers.verdict(on) == "runs (every layer on)"
+    assert layers.verdict(without).startswith("refused by default: missing landlock, seccomp; opt in with ")
+    assert (
+        layers.verdict(without, allow_weaker=True) == "runs in a weaker sandbox (accepted): missing landlock, seccomp"
+    )
+    monkeypatch.setenv(layers.ALLOW_WEAKER_ENV, "1")
+    assert layers.verdict(without).startswith("runs in a weaker sandbox")
