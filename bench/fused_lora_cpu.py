@@ -103,7 +103,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     rows = []
     print(
-        f"{'tokens x in -> out':>22} {'precision':>14} " + " ".join(f"{a + ' ms':>16}" for a in ARMS) + "  fused/peft"
+        f"{'tokens x in -> out':>22} {'precision':>14} "
+        + " ".join(f"{a + ' ms':>16}" for a in ARMS)
+        + "  fused/peft (median, min)"
     )
     for shape in SHAPES:
         for bf16 in (False, True):
