@@ -99,3 +99,23 @@ def test_four_bit_base_dequantized_matches_peft():
     got, want = _run(fused, x, None), _run(stock, x, None)
     for key in want:
         torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-5 * want[key].abs().max().item())
+
+
+def test_trainable_base_weight_and_mixed_batches_run_peft_s_forward(monkeypatch):
+    import slimrl.ops.fused_lora as op
+
+    stock, _ = _peft(torch.float32, torch.float32, bias="none")
+    fused = lora_speed.speed_up_lora(copy.deepcopy(stock), fused=True)
+    calls, original = [], op.fused_lora_linear
+    monkeypatch.setattr(op, "fused_lora_linear", lambda *a, **k: calls.append(1) or original(*a, **k))
+    x = torch.randn(ROWS, COLS, IN)
+    _run(fused, x, None)
+    assert calls == [1]  # the fused path is the one counted
+    for model in (stock, fused):
+        model.base_model.model.proj.base_layer.weight.requires_grad_(True)
+    got, want = _run(fused, x, None), _run(stock, x, None)
+    assert calls == [1] and "weight" in got  # a trainable base weight: PEFT's forward, dW included
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    fused.eval(), stock.eval()  # PEFT takes `adapter_names` (mixed-adapter batches) in eval mode only
+    mixed = fused(x[:2], adapter_names=["default", "__base__"])
+    assert calls == [1] and torch.equal(mixed, stock(x[:2], adapter_names=["default", "__base__"]))
