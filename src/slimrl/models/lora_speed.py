@@ -155,6 +155,15 @@ def speed_up_lora(model, fused=AUTO, skip_input_casts=True):
     return model
 
 
+def levers_on(model) -> dict[str, int]:
+    """How many LoRA layers of `model` run each lever: {"fused_forward": n, "input_cast_skipped": m}."""
+    layers = lora_layers(model)
+    return {
+        "fused_forward": sum(_ours(layer, "forward") for layer in layers),
+        "input_cast_skipped": sum(_ours(layer, "_cast_input_dtype") for layer in layers),
+    }
+
+
 def restore_lora(model):
     """Take both levers off `model`'s LoRA layers (PEFT's own methods again); returns `model`."""
     for layer in lora_layers(model):
