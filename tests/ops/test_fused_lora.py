@@ -99,6 +99,8 @@ def test_four_bit_base_dequantized_matches_peft():
     got, want = _run(fused, x, None), _run(stock, x, None)
     for key in want:
         torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-5 * want[key].abs().max().item())
+    fused.base_model.model.proj.base_layer.compute_dtype = torch.bfloat16  # PEFT would compute the base in bf16
+    assert lora_speed._plan(fused.base_model.model.proj, x, (), {}) is None  # so PEFT's forward runs
 
 
 def test_trainable_base_weight_and_mixed_batches_run_peft_s_forward(monkeypatch):

@@ -15,10 +15,11 @@ Choices, and why:
 2. Fused forward (slimrl.ops.fused_lora): peft's LoRA `Linear` (a dense `nn.Linear` base) and bitsandbytes
    `Linear4bit` (dequantized, then the same math). It runs when the layer has one active adapter, no dropout,
    no variant, no LoRA bias, a frozen base weight, no hooks on the base layer, and (without autocast) input, base
-   and adapters of one dtype; every other call (adapters disabled: the reference pass; merged; several adapters;
-   `adapter_names`) is PEFT's own forward. Layers with lora_dropout > 0 are not swapped (a one-line notice).
-   Default "auto": on when the model's parameters are on CUDA (the speed-up is from fewer memory passes on a GPU;
-   on CPU it is available with fused=True, see bench/fused_lora_cpu.py).
+   (a 4-bit base: its compute dtype) and adapters of one dtype; every other call (adapters disabled: the reference
+   pass; merged; several adapters; `adapter_names`) is PEFT's own forward. Layers with lora_dropout > 0 or a LoRA
+   variant are not swapped (a one-line notice). Default "auto": on when the model's parameters are on CUDA (the
+   speed-up is from fewer memory passes on a GPU; on CPU it is available with fused=True, see
+   bench/fused_lora_cpu.py).
 """
 
 from __future__ import annotations
@@ -107,10 +108,10 @@ def _plan(self, x, args, kwargs):
     frozen = weight_fn is not None or not weight.requires_grad
     if not frozen or _sharded(a.weight, b.weight, base.weight) or a.weight.device != x.device:
         return None
-    if not torch.is_autocast_enabled(x.device.type):
-        dtypes = {x.dtype, a.weight.dtype, b.weight.dtype, x.dtype if weight is None else weight.dtype}
-        if len(dtypes) != 1:
-            return None  # PEFT computes the adapter in its own (fp32) dtype here
+    if not torch.is_autocast_enabled(x.device.type):  # PEFT computes in the adapters' (and 4-bit: compute) dtype
+        base_dtype = weight.dtype if weight is not None else getattr(base, "compute_dtype", None) or x.dtype
+        if len({x.dtype, a.weight.dtype, b.weight.dtype, base_dtype}) != 1:
+            return None
     return a.weight, b.weight, self.scaling[name], weight, base.bias, weight_fn
 
 
