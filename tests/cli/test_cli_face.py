@@ -121,10 +121,34 @@ def test_slimrl_fields_are_flags_validated_by_their_owners():
     assert (args.slimrl_num_chunks, args.slimrl_reward_errors) == (3, "skip")
     with pytest.raises(ValueError, match=r"slimrl_num_chunks must be -1 \(automatic\) or an integer >= 1, got 0"):
         parse_grpo_args(["--slimrl_num_chunks", "0", "--bf16", "False"])
-    with pytest.raises(SystemExit):  # argparse's own choices check
+    with pytest.raises(ValueError, match="invalid choice: 'ignore'"):  # argparse's own choices check
         parse_grpo_args(["--slimrl_reward_errors", "ignore", "--bf16", "False"])
     from slimrl.cli.preference import apply_patches as apply_preference_patches
 
     apply_preference_patches("dpo")
     _, _, args = parse_preference_args("dpo", ["--slimrl_num_chunks", "2", "--bf16", "False"])
     assert args.slimrl_num_chunks == 2 and not hasattr(args, "slimrl_reward_errors")
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["grpo", "--lerning_rate", "1e-4"], "unknown flag(s): --lerning_rate (did you mean --learning_rate?)"),
+        (["grpo", "--num_generation", "4"], "ambiguous option: --num_generation could match --num_generations"),
+        (["grpo", "--learning_rate", "abc"], "invalid float value: 'abc'"),
+        (["generate", "--adaptr", "x"], "--adaptr (did you mean --adapter?)"),
+    ],
+)
+def test_a_bad_flag_is_one_line_with_the_closest_flag_and_no_usage(argv, expected, capsys):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 2 and expected in err[0] and "usage:" not in captured.err + captured.out
+    assert err[0].endswith(f"`slimrl {argv[0]} --help` lists every flag with its default.")
+
+
+def test_the_corrected_flag_parses():
+    from slimrl.cli.args import parse_grpo_args
+
+    _, _, args = parse_grpo_args(["--learning_rate", "1e-4", "--num_generations", "4", "--bf16", "False"])
+    assert (args.learning_rate, args.num_generations) == (1e-4, 4)

@@ -1,7 +1,7 @@
 """After TrlParser: what every training command's arguments go through (cli/args.py for grpo and ppo,
 cli/preference_args.py for dpo, orpo and kto).
 
-- `parse_with_config`: TrlParser's parse_args_and_config, an unknown --config key named with the closest flag;
+- `parse_with_config`: TrlParser's parse_args_and_config, a bad flag or --config key named with the closest flag;
 - `apply_slimrl_arguments`: slimrl's fields set on the config, validated by their owners;
 - `resolve_eval_samples`: the before/after evaluation's size when --num_eval_samples is unset;
 - `mark_user_fields`: the fields the user gave (flags or YAML), what slimrl may warn about and must not change;
@@ -32,13 +32,19 @@ def apply_slimrl_arguments(training_args, slimrl_args) -> None:
 
 
 def parse_with_config(parser, argv: list[str]):
-    """TrlParser's parse_args_and_config; an unknown key in the --config YAML is named with the closest flag."""
+    """TrlParser's parse_args_and_config; a flag it cannot use, or an unknown key in the --config YAML, is named with
+    the closest flag, in one line (cli/flags.py)."""
     import difflib
     import re
 
+    from slimrl.cli.flags import concise_errors, unknown_flags_error
+
+    command = parser.prog.split()[-1]  # "slimrl grpo" -> grpo
     try:
-        return parser.parse_args_and_config(list(argv))
+        return concise_errors(parser, command, list(argv)).parse_args_and_config(list(argv))
     except ValueError as exc:
+        if (rewritten := unknown_flags_error(parser, command, exc)) is not None:
+            raise rewritten from exc
         if "Unknown arguments from config file" not in str(exc):
             raise
         unknown = re.findall(r"'--([\w.-]+)'", str(exc))
