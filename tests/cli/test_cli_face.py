@@ -152,3 +152,16 @@ def test_the_corrected_flag_parses():
 
     _, _, args = parse_grpo_args(["--learning_rate", "1e-4", "--num_generations", "4", "--bf16", "False"])
     assert (args.learning_rate, args.num_generations) == (1e-4, 4)
+
+
+def test_batch_geometry_error_says_where_the_generation_batch_comes_from(capsys):
+    argv = ["grpo", "--num_generations", "3", "--per_device_train_batch_size", "8", "--bf16", "False"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "per_device_train_batch_size (8) × gradient_accumulation_steps (2) × world size (1) = 16" in err
+    assert "steps_per_generation 3 (generation batch 24" in err and "per_device_train_batch_size in [3, 6" in err
+    assert "gradient_accumulation_steps 2 is the `slimrl grpo` default (TRL's: 1); --gradient_accumulation_steps" in err
+    # the user's own accumulation is not called a default
+    assert main([*argv, "--gradient_accumulation_steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "= 16, is not divisible by num_generations (3)" in err and "default" not in err
