@@ -38,6 +38,24 @@ def test_missing_model_path_is_a_user_error(tmp_path, capsys):
         ]
     )
     assert code == 2 and "No model folder or file at" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing is written before the inputs check
+
+
+def test_the_output_folder_is_made_once_the_model_loaded(tmp_path, monkeypatch, capsys):
+    """The control of the test above: the same command, the model loading (stubbed), makes the folder."""
+    import slimrl.cli.modeling as modeling
+    import slimrl.cli.training_run as training_run
+
+    monkeypatch.setattr(modeling, "load_base", lambda *args, **kwargs: (object(), object()))
+    monkeypatch.setattr(modeling, "add_lora", lambda model, *args: model)
+
+    def stop(*args, **kwargs):
+        raise ValueError("stopped after loading")
+
+    monkeypatch.setattr(training_run, "evaluate_task", stop)
+    argv = ["dpo", "--max_steps", "1", "--num_eval_samples", "0", "--output_dir", str(tmp_path / "out")]
+    assert main(argv) == 2 and "stopped after loading" in capsys.readouterr().err
+    assert (tmp_path / "out").is_dir()
 
 
 def test_unsupported_versions_stop_the_command_in_one_line(monkeypatch, capsys):

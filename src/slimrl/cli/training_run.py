@@ -52,6 +52,7 @@ def run_training(task, spec: RunSpec, task_args, model_args, training_args, wall
         model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype, model_args.load_in_4bit, model_args
     )
     model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
+    os.makedirs(out, exist_ok=True)  # only now: a model that cannot load leaves nothing behind
     before = evaluate_task(model, tokenizer, task, task_args, spec.max_new_tokens, "before")
     trainer = spec.make_trainer(model, tokenizer, [JsonlMetricsCallback(os.path.join(out, "metrics.jsonl"))])
     _swap_progress_bar(trainer, training_args, spec)
