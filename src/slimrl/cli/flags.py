@@ -69,5 +69,7 @@ def concise_errors(parser, command: str, argv: list[str]):
     def error(message: str):
         raise flag_error(parser, command, message, argv)
 
-    parser.error = error
+    from slimrl.swaps import swap
+
+    swap(parser, "error", error, "one-line flag errors (cli/flags.py)")
     return parser
