@@ -183,3 +183,20 @@ def test_batch_geometry_error_says_where_the_generation_batch_comes_from(capsys)
     assert main([*argv, "--gradient_accumulation_steps", "2"]) == 2
     err = capsys.readouterr().err
     assert "= 16, is not divisible by num_generations (3)" in err and "default" not in err
+
+
+def test_the_evaluation_says_it_starts_on_stderr(monkeypatch, capsys):
+    import slimrl.cli.evaluate as evaluate
+    import slimrl.cli.modeling as modeling
+    from slimrl.cli.training_run import evaluate_task
+
+    monkeypatch.setattr(modeling, "set_inference", lambda model, on: None)
+    monkeypatch.setattr(evaluate, "evaluate_accuracy", lambda *args: {"accuracy": 0.5, "n": 3})
+    task = types.SimpleNamespace(eval_dataset=[0, 1, 2], accuracy_reward=len)
+    task_args = types.SimpleNamespace(num_eval_samples=3, eval_batch_size=32)
+    assert evaluate_task(None, None, task, task_args, 16, "before")["accuracy"] == 0.5
+    captured = capsys.readouterr()
+    assert captured.err == "[slimrl] evaluating before: 3 held-out prompts, greedy, up to 16 new tokens each ...\n"
+    assert captured.out.startswith("[slimrl] eval accuracy before: 0.500 on 3 held-out prompts")
+    task_args.num_eval_samples = 0  # control: no evaluation, no line
+    assert evaluate_task(None, None, task, task_args, 16, "before") is None and capsys.readouterr().err == ""

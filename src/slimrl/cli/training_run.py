@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,6 +87,12 @@ def evaluate_task(model, tokenizer, task, task_args, max_new_tokens: int, label:
 
     if not task_args.num_eval_samples or task.eval_dataset is None or task.accuracy_reward is None:
         return None
+    print(  # up to a minute on a CPU: said before it starts
+        f"[slimrl] evaluating {label}: {len(task.eval_dataset)} held-out prompts, greedy, up to {max_new_tokens} "
+        "new tokens each ...",
+        file=sys.stderr,
+        flush=True,
+    )
     t0 = time.perf_counter()
     set_inference(model, True)
     try:
