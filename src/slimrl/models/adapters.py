@@ -23,6 +23,7 @@ Choices:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -54,10 +55,9 @@ def set_base_model_name(peft_model, model) -> None:
     for config in getattr(peft_model, "peft_config", {}).values():
         config.base_model_name_or_path = name
     if hasattr(peft_model, "create_or_update_model_card") and "create_or_update_model_card" not in vars(peft_model):
-        from ..export import ExportMethod  # a bound method that deepcopies and pickles with its model
         from ..swaps import swap
 
-        method = ExportMethod(_card_naming_requested_base, peft_model)
+        method = functools.partial(_card_naming_requested_base, peft_model)  # deepcopies and pickles with the model
         swap(peft_model, "create_or_update_model_card", method, "the card's base_model: a Hub id, not a local path")
     if embedded.is_embedded_name(name) or name.lower().endswith(".gguf"):
         _quiet_peft_vocabulary_check(name)
