@@ -8,6 +8,8 @@ Choices:
   max_length for the others: worst cases), --device_memory_gb (default: the GPU's memory, else this machine's RAM),
   --device cpu|cuda (default: CUDA when available), --json (the plan as JSON).
 - Exit status 0 when the plan fits, 1 when it does not (usable in scripts).
+- Only the model's config.json is read: a Hub that cannot be reached fails in about a second, saying that a local
+  folder or HF_HUB_OFFLINE=1 works (slimrl/planning/hub.py).
 """
 
 from __future__ import annotations
