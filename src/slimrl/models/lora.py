@@ -134,7 +134,9 @@ def get_peft_model(
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(random_state)
-        peft_model = peft_get_peft_model(model, config)
+        with warnings.catch_warnings():  # peft reads the name transformers renamed (is_activation_checkpointing)
+            warnings.filterwarnings("ignore", r"`is_gradient_checkpointing` is deprecated", FutureWarning)
+            peft_model = peft_get_peft_model(model, config)
     lora_speed.speed_up_lora(peft_model, fused=fused_lora, skip_input_casts=skip_lora_input_casts)
     adapters.set_base_model_name(peft_model, model)  # the adapter names what the user loaded, not a cache folder
     # fast_generate and the export methods live on the transformers model too; they save the adapter through its owner
