@@ -32,6 +32,7 @@ import warnings
 
 from ..state import model_state, set_peft_owner
 from . import embedded
+from .embedded import hub_base_model
 
 logger = logging.getLogger("slimrl")
 
@@ -64,7 +65,7 @@ def set_base_model_name(peft_model, model) -> None:
 
 
 def _card_naming_requested_base(self, output_dir: str) -> None:
-    """peft's model card (README.md), its `base_model` the adapter's base as a Hub id (export/hub.py's
+    """peft's model card (README.md), its `base_model` the adapter's base as a Hub id (embedded.py's
     hub_base_model: the embedded model's Hub id, a Hub id as given) or left out (a local folder or file), never
     `model.config._name_or_path`, which for the embedded model is slimrl's cache folder on this machine."""
     type(self).create_or_update_model_card(self, output_dir)
@@ -76,7 +77,6 @@ def card_base_model(card_path: str, name: str | None) -> None:
     """Set the `base_model` of the model card at `card_path` to `name`'s Hub id, or remove it when there is none."""
     from huggingface_hub import ModelCard
 
-    from ..export.hub import hub_base_model
 
     if not os.path.isfile(card_path):
         return

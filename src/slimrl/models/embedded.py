@@ -166,3 +166,18 @@ def gguf_cached_folder(
     path = ensure_cached_folder(name, lambda tmp: convert(gguf_path, tmp), info={"source": gguf_path, "size": size})
     logger.info("Converted in %.1f s", time.perf_counter() - start)
     return path
+
+
+EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the embedded model's Hub id, for model cards
+
+
+def hub_base_model(name: str | None) -> str | None:
+    """The Hub id to name as `base_model` in a model card, or None (local paths, GGUF files)."""
+    if name is None:
+        return None
+    if is_embedded_name(name):
+        return EMBEDDED_HUB_ID
+    parts = name.split("/")
+    if len(parts) == 2 and all(parts) and not os.path.exists(name) and not name.startswith((".", "~")):
+        return name
+    return None
