@@ -14,6 +14,9 @@ gradient checkpointing on; `rows` completions of one prompt per optimizer step; 
 * "slimrl-offload": the same with `use_gradient_checkpointing="unsloth"` (offload), as Unsloth-style scripts write.
 * "slimrl-no-long-context" (not in the presets; name it in --arms): "slimrl" with row groups, padding-free scoring
   and the tiled MLP switched off (`slimrl_rows_per_group=False`, ...): beside "slimrl", what those levers save.
+* "slimrl-no-lora-levers" (not in the presets): "slimrl" with its LoRA speed levers off (`fused_lora=False,
+  skip_lora_input_casts=False` to get_peft_model): beside "slimrl", what the fused LoRA forward and the skipped input
+  casts save (docs/gpu-and-benchmarks.md, "LoRA speed levers").
 Models are random weights of Qwen2.5 shapes built in place (no download), seeded, bf16 on CUDA (fp32 on CPU):
 every arm trains the same model. Tokenizer: `slimrl.testing.tiny_tokenizer(V)` (a word-level tokenizer with V ids).
 """
@@ -36,7 +39,9 @@ from _gpu_measure import (
 )
 
 ARMS = ("stock", "stock-offload", "stock-ga8", "slimrl", "slimrl-offload", "slimrl-no-long-context")
+ARMS += ("slimrl-no-lora-levers",)
 LONG_CONTEXT_OFF = {"slimrl_rows_per_group": False, "slimrl_padding_free": False, "slimrl_tiled_mlp": False}
+LORA_LEVERS_OFF = {"fused_lora": False, "skip_lora_input_casts": False}
 STOCK_OFFLOAD = {"gradient_checkpointing_kwargs": {"use_reentrant": False, "offload": True}}
 ACCUMULATION = {"stock-ga8": 8}
 
@@ -66,6 +71,7 @@ def prepare_arm(arm: str, algorithm: str, model) -> tuple[object, dict]:
 
         PatchFastRL(algorithm)
         options = {"use_gradient_checkpointing": "unsloth"} if arm == "slimrl-offload" else {}
+        options.update(LORA_LEVERS_OFF if arm == "slimrl-no-lora-levers" else {})
         peft_model = FastLanguageModel.get_peft_model(
             model, r=LORA["r"], lora_alpha=LORA["lora_alpha"], lora_dropout=LORA["lora_dropout"], **options
         )
@@ -119,6 +125,12 @@ def slimrl_settings(trainer) -> dict:
         from slimrl.models.checkpointing import checkpointing_mode
 
         fields["checkpointing_mode"] = checkpointing_mode(trainer.model)
+    except ImportError:
+        pass
+    try:
+        from slimrl.models.lora_speed import levers_on
+
+        fields["lora_levers"] = levers_on(trainer.model)
     except ImportError:
         pass
     fields["gradient_checkpointing_kwargs"] = args.gradient_checkpointing_kwargs

@@ -24,7 +24,7 @@ would not end before --deadline.
 Choices:
 * The peak is the whole run's, read the same way in every arm and reset by no one (bench/_gpu_measure.py).
 * Ratios are against the stock arm of the same (model, length, rows); "best stock" is the best of stock,
-  stock-offload and stock-ga8. The targets table checks slimrl's stated GPU targets (docs/gpu-benchmarks.md)
+  stock-offload and stock-ga8. The targets table checks slimrl's stated GPU targets (docs/gpu-and-benchmarks.md)
   for the slimrl arm.
 * Longest completion: galloping search then bisection on multiples of --resolution, one step per probe in a fresh
   process (bench/_gpu_search.py); out-of-memory and other errors are told apart. --guess-from: GRPO rows at two or

@@ -7,8 +7,8 @@
 #
 # The unsloth wheel is 28 MiB, most of it its web app (studio/) and command line (unsloth_cli/), which the library
 # never imports: a copy without them (its RECORD updated) is written instead, about 3 MiB. The total of .whl/ (the
-# GPU tier's wheels included) is checked against WHEEL_BUDGET_MIB (default 60): every device call's working tree
-# must stay under 64 MiB (what a GPU machine without network receives with it).
+# GPU tier's wheels included) is checked against WHEEL_BUDGET_MIB (default 60), so the checkout carried to a GPU
+# machine without a network stays small; raise it where a larger copy is no problem.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,6 +58,6 @@ total=$(find .whl -type f -printf '%s\n' | awk '{s += $1} END {print s}')
 mib=$(( (total + 1048575) / 1048576 ))
 echo "total of .whl/: ${mib} MiB (budget ${BUDGET_MIB} MiB)"
 if [ "$mib" -gt "$BUDGET_MIB" ]; then
-    echo "the wheels exceed the budget: the working tree and .whl/ together must stay under 64 MiB" >&2
+    echo "the wheels exceed the budget: raise WHEEL_BUDGET_MIB if a larger copy to the GPU machine is fine" >&2
     exit 1
 fi

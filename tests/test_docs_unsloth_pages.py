@@ -23,7 +23,10 @@ def run_page(name: str, rewrite=lambda block: block) -> int:
     return len(blocks)
 
 
-def test_sandbox_page_runs(capsys):
+def test_sandbox_page_runs(capsys, monkeypatch):
+    from _layers_here import accept_weaker_sandbox_if_missing
+
+    accept_weaker_sandbox_if_missing(monkeypatch)  # a machine lacking a kernel layer refuses the examples by default
     assert run_page("sandbox.md") == 3
     printed = capsys.readouterr().out
     assert "['W', 'W', 'W']" in printed and "[1.0, -20.0, -1.0, -3.0]" in printed

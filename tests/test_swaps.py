@@ -27,9 +27,6 @@ CONFIG_NAMES = {"args", "training_args"}  # what slimrl calls a TRL config every
 ALLOWED = {
     ("training/oom.py", "setattr(trainer, name, value)"): "an out-of-memory stop puts back the trainer's rollout "
     "attributes as the step found them, inside the registry's training_step patch",
-    ("sandbox/child.py", "setattr(obj, check(name), value)"): "the guarded setattr the sandbox hands to "
-    "model-written code, not a change slimrl makes",
-    ("sandbox/child.py", "delattr(obj, check(name))"): "the same, for delattr",
     ("ppo/value.py", "object.__setattr__(self, 'peft_model', peft_model)"): "slimrl's own module (not registered as "
     "a submodule)",
     ("models/teacher.py", "object.__setattr__(self, 'peft_model', peft_model)"): "slimrl's own module",

@@ -109,6 +109,7 @@ print(game.pretty(), game.state())
 
 # %% Run a strategy with a time limit
 from slimrl import check_python_modules, create_locked_down_function, execute_with_time_limit
+from slimrl.sandbox import SandboxUnavailable  # raised where a kernel layer is missing (docs/sandbox.md, Fail closed)
 
 
 def _execute_strategy(strategy, game):
@@ -216,6 +217,8 @@ def strategy_succeeds(completions, **kwargs):
             scores.append(20.0 if state == "success" else 2.0)
         except TimeoutError:
             scores.append(-1.0)
+        except SandboxUnavailable:  # this machine lacks a protection layer: not the model's fault, not a score
+            raise
         except Exception as e:
             print(f"Exception = {e}")
             scores.append(-3.0)

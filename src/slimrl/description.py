@@ -3,7 +3,8 @@
 Two kinds of change reach an object slimrl does not own: the registry's class-level patches (slimrl.patches.registry:
 methods of TRL's classes, reversed by `unpatch()`) and the instance-level changes recorded by slimrl.swaps (methods
 swapped on this object, attributes added, config fields written). A PeftModel is described with the transformers
-model under it, where FastLanguageModel's changes live; a trainer with its config and models. The module-level
+model under it, where FastLanguageModel's changes live (the swaps on its submodules counted per kind: "forward on 14
+submodules"); a trainer with its config and models. The module-level
 values slimrl has set at run time (slimrl.swaps.run_values: the import hook, a bound trainer config, ...) come last.
 """
 
@@ -33,6 +34,15 @@ class Description:
         return "\n".join(lines + [str(part) for part in self.parts])
 
 
+def _submodule_swaps(model) -> dict:
+    """ "<name> on N submodules" -> why, for the swaps recorded on a model's submodules (LoRA layers, MLPs)."""
+    counts: dict = {}
+    for path, module in model.named_modules() if hasattr(model, "named_modules") else ():
+        for name, why in swapped(module).items() if path else ():
+            counts[name, why] = counts.get((name, why), 0) + 1
+    return {f"{name} on {count} submodule{'s' * (count > 1)}": why for (name, why), count in counts.items()}
+
+
 def _one(obj, label: str) -> Description:
     from .patches.registry import class_patches
 
@@ -40,6 +50,7 @@ def _one(obj, label: str) -> Description:
     inner = transformers_model(obj)
     if inner is not obj:
         instance.update({f"{type(inner).__name__}.{k}": why for k, why in swapped(inner).items()})
+    instance.update(_submodule_swaps(inner))
     return Description(f"{label} ({type(obj).__name__})", class_patches(obj), instance)
 
 

@@ -93,7 +93,19 @@ def report() -> dict:
     mpl = _version("matplotlib")
     optional["matplotlib (plots)"] = f"yes ({mpl})" if mpl else "no (pip install matplotlib)"
     info["optional"] = optional
+    info["sandbox"] = _sandbox_layers()
     return info
+
+
+def _sandbox_layers() -> dict:
+    """Each layer of the sandbox that runs model-written code (slimrl.sandbox.protection()), and whether that code
+    runs here by default; a probe that fails is reported."""
+    try:
+        from slimrl.sandbox import protection
+
+        return protection()
+    except Exception as exc:  # a report, never a crash
+        return {"model code": f"unknown: the probe failed ({type(exc).__name__}: {exc})"}
 
 
 def print_report(out=print) -> dict:
@@ -105,6 +117,9 @@ def print_report(out=print) -> dict:
     out("optional parts:")
     for key, value in info["optional"].items():
         out(f"  {key:<29} {value}")
+    out("sandbox for model-written code (docs/sandbox.md):")
+    for key, value in info["sandbox"].items():
+        out(f"  {key:<13} {value}")
     return info
 
 

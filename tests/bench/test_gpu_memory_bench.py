@@ -113,6 +113,7 @@ def test_each_arm_sets_up_what_it_names(arm, unpatched):
     from peft import PeftModel
 
     from slimrl.models.checkpointing import checkpointing_mode
+    from slimrl.models.lora_speed import levers_on
     from slimrl.patches.registry import is_patched
 
     model, extra = arms.prepare_arm(arm, "grpo", arms.build_model("smoke", "cpu", 64))
@@ -125,6 +126,8 @@ def test_each_arm_sets_up_what_it_names(arm, unpatched):
         assert isinstance(model, PeftModel) and is_patched("grpo")
         assert sorted(model.peft_config["default"].target_modules) == sorted(measure.LORA_TARGETS)
         assert checkpointing_mode(model) == ("offload" if arm == "slimrl-offload" else True)
+        levers = levers_on(model)  # CPU: "auto" leaves the fused forward off; the arm turns both levers off
+        assert levers == {"fused_forward": 0, "input_cast_skipped": 0 if arm == "slimrl-no-lora-levers" else 14}
     with pytest.raises(ValueError, match="arm must be one of"):
         arms.prepare_arm("stock-unknown", "grpo", model)
 

@@ -248,6 +248,9 @@ def test_doctor_reports_versions_and_optional_parts(capsys):
         "bitsandbytes",
         "gguf",
         "embedded model",
+        "sandbox for model-written code",
+        "landlock",
+        "model code",
     ):
         assert key in out, key
 

@@ -38,6 +38,24 @@ def test_missing_model_path_is_a_user_error(tmp_path, capsys):
         ]
     )
     assert code == 2 and "No model folder or file at" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing is written before the inputs check
+
+
+def test_the_output_folder_is_made_once_the_model_loaded(tmp_path, monkeypatch, capsys):
+    """The control of the test above: the same command, the model loading (stubbed), makes the folder."""
+    import slimrl.cli.modeling as modeling
+    import slimrl.cli.training_run as training_run
+
+    monkeypatch.setattr(modeling, "load_base", lambda *args, **kwargs: (object(), object()))
+    monkeypatch.setattr(modeling, "add_lora", lambda model, *args: model)
+
+    def stop(*args, **kwargs):
+        raise ValueError("stopped after loading")
+
+    monkeypatch.setattr(training_run, "evaluate_task", stop)
+    argv = ["dpo", "--max_steps", "1", "--num_eval_samples", "0", "--output_dir", str(tmp_path / "out")]
+    assert main(argv) == 2 and "stopped after loading" in capsys.readouterr().err
+    assert (tmp_path / "out").is_dir()
 
 
 def test_unsupported_versions_stop_the_command_in_one_line(monkeypatch, capsys):
@@ -121,10 +139,64 @@ def test_slimrl_fields_are_flags_validated_by_their_owners():
     assert (args.slimrl_num_chunks, args.slimrl_reward_errors) == (3, "skip")
     with pytest.raises(ValueError, match=r"slimrl_num_chunks must be -1 \(automatic\) or an integer >= 1, got 0"):
         parse_grpo_args(["--slimrl_num_chunks", "0", "--bf16", "False"])
-    with pytest.raises(SystemExit):  # argparse's own choices check
+    with pytest.raises(ValueError, match="invalid choice: 'ignore'"):  # argparse's own choices check
         parse_grpo_args(["--slimrl_reward_errors", "ignore", "--bf16", "False"])
     from slimrl.cli.preference import apply_patches as apply_preference_patches
 
     apply_preference_patches("dpo")
     _, _, args = parse_preference_args("dpo", ["--slimrl_num_chunks", "2", "--bf16", "False"])
     assert args.slimrl_num_chunks == 2 and not hasattr(args, "slimrl_reward_errors")
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["grpo", "--lerning_rate", "1e-4"], "unknown flag(s): --lerning_rate (did you mean --learning_rate?)"),
+        (["grpo", "--num_generation", "4"], "ambiguous option: --num_generation could match --num_generations"),
+        (["grpo", "--learning_rate", "abc"], "invalid float value: 'abc'"),
+        (["generate", "--adaptr", "x"], "--adaptr (did you mean --adapter?)"),
+    ],
+)
+def test_a_bad_flag_is_one_line_with_the_closest_flag_and_no_usage(argv, expected, capsys):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 2 and expected in err[0] and "usage:" not in captured.err + captured.out
+    assert err[0].endswith(f"`slimrl {argv[0]} --help` lists every flag with its default.")
+
+
+def test_the_corrected_flag_parses():
+    from slimrl.cli.args import parse_grpo_args
+
+    _, _, args = parse_grpo_args(["--learning_rate", "1e-4", "--num_generations", "4", "--bf16", "False"])
+    assert (args.learning_rate, args.num_generations) == (1e-4, 4)
+
+
+def test_batch_geometry_error_says_where_the_generation_batch_comes_from(capsys):
+    argv = ["grpo", "--num_generations", "3", "--per_device_train_batch_size", "8", "--bf16", "False"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "per_device_train_batch_size (8) × gradient_accumulation_steps (2) × world size (1) = 16" in err
+    assert "steps_per_generation 3 (generation batch 24" in err and "per_device_train_batch_size in [3, 6" in err
+    assert "gradient_accumulation_steps 2 is the `slimrl grpo` default (TRL's: 1); --gradient_accumulation_steps" in err
+    # the user's own accumulation is not called a default
+    assert main([*argv, "--gradient_accumulation_steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "= 16, is not divisible by num_generations (3)" in err and "default" not in err
+
+
+def test_the_evaluation_says_it_starts_on_stderr(monkeypatch, capsys):
+    import slimrl.cli.evaluate as evaluate
+    import slimrl.cli.modeling as modeling
+    from slimrl.cli.training_run import evaluate_task
+
+    monkeypatch.setattr(modeling, "set_inference", lambda model, on: None)
+    monkeypatch.setattr(evaluate, "evaluate_accuracy", lambda *args: {"accuracy": 0.5, "n": 3})
+    task = types.SimpleNamespace(eval_dataset=[0, 1, 2], accuracy_reward=len)
+    task_args = types.SimpleNamespace(num_eval_samples=3, eval_batch_size=32)
+    assert evaluate_task(None, None, task, task_args, 16, "before")["accuracy"] == 0.5
+    captured = capsys.readouterr()
+    assert captured.err == "[slimrl] evaluating before: 3 held-out prompts, greedy, up to 16 new tokens each ...\n"
+    assert captured.out.startswith("[slimrl] eval accuracy before: 0.500 on 3 held-out prompts")
+    task_args.num_eval_samples = 0  # control: no evaluation, no line
+    assert evaluate_task(None, None, task, task_args, 16, "before") is None and capsys.readouterr().err == ""

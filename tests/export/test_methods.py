@@ -98,7 +98,7 @@ def test_requested_names_and_missing_base(tmp_path, monkeypatch):
         FastLanguageModel.from_pretrained(str(folder))
 
 
-def test_embedded_name_recorded_on_the_adapter(monkeypatch, base_dir):
+def test_embedded_name_recorded_on_the_adapter(monkeypatch, base_dir, tmp_path):
     """What from_pretrained("smollm2-135m") records ends up in the adapter config (the loader is stubbed)."""
     from slimrl.models import loading
 
@@ -114,6 +114,26 @@ def test_embedded_name_recorded_on_the_adapter(monkeypatch, base_dir):
     peft = FastLanguageModel.get_peft_model(model, r=2, use_gradient_checkpointing=False)
     assert peft.peft_config["default"].base_model_name_or_path == "smollm2-135m"
     assert model.config._name_or_path == base_dir  # TRL reloads references from here: unchanged
+    # the model card (what push_to_hub publishes) names the embedded model's Hub id, not the local folder
+    peft.save_pretrained(str(tmp_path / "adapter"))
+    card = (tmp_path / "adapter" / "README.md").read_text()
+    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card and base_dir not in card
+    type(peft).create_or_update_model_card(peft, str(tmp_path / "stock"))  # control: peft's own card names the folder
+    assert f"base_model: {base_dir}" in (tmp_path / "stock" / "README.md").read_text()
+
+
+def test_card_base_model_is_a_hub_id_or_left_out(tmp_path):
+    card = tmp_path / "README.md"
+    for name, expected in [("org/model", "base_model: org/model"), (str(tmp_path), None), (None, None)]:
+        card.write_text(
+            f"---\nlibrary_name: peft\nbase_model: {tmp_path}\ntags:\n- base_model:adapter:{tmp_path}\n- lora\n---\n"
+            "\nAn adapter.\n"
+        )
+        adapters.card_base_model(str(card), name)
+        text = card.read_text()
+        assert str(tmp_path) not in text and "An adapter." in text and "library_name: peft" in text
+        assert (expected in text) if expected else "base_model" not in text
+        assert "- lora" in text and (f"base_model:adapter:{name}" in text) == (expected is not None)
 
 
 class _FakeLoRARequest:

@@ -45,7 +45,7 @@ def test_missing_package_message(monkeypatch):
     assert "pip install gguf" in str(info.value)
 
 
-def test_short_name_resolves_to_converted_folder(fake_package, tmp_path):
+def test_short_name_resolves_to_converted_folder(fake_package, tmp_path, capsys):
     from slimrl.testing import save_tiny_model
 
     calls = []
@@ -57,7 +57,10 @@ def test_short_name_resolves_to_converted_folder(fake_package, tmp_path):
     path = embedded.embedded_model_path(convert=convert)
     assert calls == [str(fake_package / embedded.GGUF_FILENAME)]
     assert path.startswith(str(tmp_path / "cache")) and os.path.isfile(os.path.join(path, embedded.MARKER))
+    said = [line for line in capsys.readouterr().err.splitlines() if "[slimrl]" in line]  # (not the saver's bar)
+    assert len(said) == 1 and said[0].startswith(f"[slimrl] first load of {embedded.GGUF_FILENAME}: converting")
     assert embedded.embedded_model_path(convert=convert) == path and len(calls) == 1  # converted once
+    assert capsys.readouterr().err == ""  # a cached load says nothing
     assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]  # no temporaries left
 
     model, tokenizer = FastLanguageModel.from_pretrained("SmolLM2-135M-Instruct", dtype="float32")

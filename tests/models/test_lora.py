@@ -63,3 +63,21 @@ def test_get_peft_model_twice_returns_same_model():
     with pytest.warns(UserWarning, match="already has LoRA"):
         again = FastLanguageModel.get_peft_model(peft_model, r=8, use_gradient_checkpointing="offload")
     assert again is peft_model and model_state(peft_model).checkpointing == "offload"
+
+
+def _checkpointing_future_warnings(make):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make()
+    return [w for w in caught if issubclass(w.category, FutureWarning) and "checkpointing" in str(w.message)]
+
+
+def test_get_peft_model_raises_no_renamed_checkpointing_warning():
+    from peft import LoraConfig, get_peft_model
+
+    assert _checkpointing_future_warnings(lambda: FastLanguageModel.get_peft_model(small(), r=2)) == []
+    # control: peft alone on the same model reads transformers' old name and warns
+    config = LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM")
+    assert _checkpointing_future_warnings(lambda: get_peft_model(small(), config))

@@ -174,3 +174,17 @@ def test_rollout_length_check():
     validation.check_rollout_lengths(model, [[1] * 4, [1] * 2], 6)
     with pytest.raises(ValueError, match=r"A prompt of 5 tokens plus max_completion_length \(6\)"):
         validation.check_rollout_lengths(model, [[1] * 5], 6)
+
+
+@pytest.mark.skipif(torch.accelerator.is_available(), reason="the case of a machine without an accelerator")
+def test_pin_memory_is_off_without_an_accelerator_unless_set(grpo, tmp_path):
+    def pin_memory_warnings(pin: bool):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            list(torch.utils.data.DataLoader(list(range(4)), batch_size=2, pin_memory=pin))
+        return [w for w in caught if "pin_memory" in str(w.message)]
+
+    args = _cfg(grpo[0], tmp_path)
+    assert args.dataloader_pin_memory is False and pin_memory_warnings(args.dataloader_pin_memory) == []
+    assert pin_memory_warnings(True)  # control: what torch says with TRL's default
+    assert _cfg(grpo[0], tmp_path, dataloader_pin_memory=True).dataloader_pin_memory is True  # the user's value kept

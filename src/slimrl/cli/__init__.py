@@ -153,7 +153,9 @@ def _dispatch(command: str, rest: list[str]) -> int:
         task_args, model_args, training_args = parse_preference_args(command, rest)
         run_preference(command, task_args, model_args, training_args)
         return 0
-    args = _small_parser(command).parse_args(rest)
+    from slimrl.cli.flags import concise_errors
+
+    args = concise_errors(_small_parser(command), command, rest).parse_args(rest)
     if command == "doctor":
         from slimrl.doctor import print_report
 

@@ -250,7 +250,7 @@ def set_cli_defaults(parser, defaults: dict) -> None:
         if action.dest in defaults:
             value, why = defaults[action.dest]
             note = f"[slimrl CLI default: {value!r} (TRL: {action.default!r}); {why}]".replace("%", "%%")
-            action.default = value
+            action.trl_default, action.default = action.default, value  # trl_default: named in errors (parsing.py)
             action.help = f"{action.help or ''} {note}".strip()
 
 

@@ -145,7 +145,6 @@ def run_gkd(task_args, model_args, training_args) -> dict:
     wall0 = time.perf_counter()
     task = build_distill_task(task_args, training_args.seed)
     out = training_args.output_dir
-    os.makedirs(out, exist_ok=True)
     print(f"[slimrl] gkd on {task.name}: {len(task.train_dataset)} train rows; output_dir {out}", flush=True)
     teacher, teacher_name = load_teacher(task_args, model_args)
     max_new_tokens = training_args.max_new_tokens

@@ -13,7 +13,6 @@ Choices made:
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 logger = logging.getLogger("slimrl")
@@ -66,7 +65,6 @@ def run_grpo(task_args, model_args, training_args) -> dict:
     wall0 = time.perf_counter()
     task = build_task(task_args, training_args.seed)
     out = training_args.output_dir
-    os.makedirs(out, exist_ok=True)
     n_eval = len(task.eval_dataset) if task.eval_dataset is not None else 0
     print(
         f"[slimrl] task {task.name}: {len(task.train_dataset)} train / {n_eval} eval prompts; output_dir {out}",

@@ -17,7 +17,6 @@ Choices made:
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -120,7 +119,6 @@ def run_online_dpo(task_args, model_args, training_args) -> dict:
     task = build_online_task(task_args, training_args.seed)
     rewards, ranked_by = ranking(task, task_args)
     out = training_args.output_dir
-    os.makedirs(out, exist_ok=True)
     print(
         f"[slimrl] online-dpo on {task.name}: {len(task.train_dataset)} train prompts, {ranked_by}; output_dir {out}",
         flush=True,

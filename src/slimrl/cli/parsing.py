@@ -1,7 +1,7 @@
 """After TrlParser: what every training command's arguments go through (cli/args.py for grpo and ppo,
 cli/preference_args.py for dpo, orpo and kto).
 
-- `parse_with_config`: TrlParser's parse_args_and_config, an unknown --config key named with the closest flag;
+- `parse_with_config`: TrlParser's parse_args_and_config, a bad flag or --config key named with the closest flag;
 - `apply_slimrl_arguments`: slimrl's fields set on the config, validated by their owners;
 - `resolve_eval_samples`: the before/after evaluation's size when --num_eval_samples is unset;
 - `mark_user_fields`: the fields the user gave (flags or YAML), what slimrl may warn about and must not change;
@@ -32,14 +32,23 @@ def apply_slimrl_arguments(training_args, slimrl_args) -> None:
 
 
 def parse_with_config(parser, argv: list[str]):
-    """TrlParser's parse_args_and_config; an unknown key in the --config YAML is named with the closest flag."""
+    """TrlParser's parse_args_and_config; a flag it cannot use, or an unknown key in the --config YAML, is named with
+    the closest flag, in one line (cli/flags.py)."""
     import difflib
     import re
 
+    from slimrl.cli.flags import concise_errors, unknown_flags_error
+
+    command = parser.prog.split()[-1]  # "slimrl grpo" -> grpo
     try:
-        return parser.parse_args_and_config(list(argv))
+        return concise_errors(parser, command, list(argv)).parse_args_and_config(list(argv))
     except ValueError as exc:
+        if (rewritten := unknown_flags_error(parser, command, exc)) is not None:
+            raise rewritten from exc
         if "Unknown arguments from config file" not in str(exc):
+            note = cli_defaults_named(parser, argv, str(exc))
+            if note:
+                raise ValueError(f"{exc}{note}") from exc
             raise
         unknown = re.findall(r"'--([\w.-]+)'", str(exc))
         known = [action.dest for action in parser._actions]
@@ -51,6 +60,18 @@ def parse_with_config(parser, argv: list[str]):
             f"unknown key(s) in the --config file: {'; '.join(hints)}. Every key must be a flag of this "
             "command (see --help)."
         ) from exc
+
+
+def cli_defaults_named(parser, argv: list[str], message: str) -> str:
+    """A note for `message`: each field it names as "field (value)" that holds the command's CLI default (the user
+    did not give it) is said to be that default, with TRL's and the flag that changes it ("" when none)."""
+    given = given_names(argv)
+    notes = [
+        f"{a.dest} {a.default!r} is the `{parser.prog}` default (TRL's: {a.trl_default!r}); --{a.dest} changes it"
+        for a in parser._actions
+        if hasattr(a, "trl_default") and a.dest not in given and f"{a.dest} ({a.default})" in message
+    ]
+    return f" Note: {'; '.join(notes)}." if notes else ""
 
 
 def resolve_eval_samples(task_args, max_steps: int) -> None:
@@ -68,11 +89,8 @@ def resolve_eval_samples(task_args, max_steps: int) -> None:
         task_args.num_eval_samples = FULL_EVAL
 
 
-def mark_user_fields(training_args, argv: list[str]) -> None:
-    """The parser passes every field to the config, so the patches would take all of them for user settings; keep
-    only those given as flags or in the --config YAML (what slimrl may warn about or must not change)."""
-    import dataclasses
-
+def given_names(argv: list[str]) -> set[str]:
+    """The field names argv gives: its `--flags` and the keys of its --config YAML."""
     given = {a[2:].split("=", 1)[0] for a in argv if a.startswith("--")}
     if "config" in given:
         path = (
@@ -84,6 +102,15 @@ def mark_user_fields(training_args, argv: list[str]) -> None:
 
         with open(path) as f:
             given |= set((yaml.safe_load(f) or {}).keys())
+    return given
+
+
+def mark_user_fields(training_args, argv: list[str]) -> None:
+    """The parser passes every field to the config, so the patches would take all of them for user settings; keep
+    only those given as flags or in the --config YAML (what slimrl may warn about or must not change)."""
+    import dataclasses
+
+    given = given_names(argv)
     from slimrl.state import config_state
 
     names = {f.name for f in dataclasses.fields(training_args)}

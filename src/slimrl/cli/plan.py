@@ -8,6 +8,8 @@ Choices:
   max_length for the others: worst cases), --device_memory_gb (default: the GPU's memory, else this machine's RAM),
   --device cpu|cuda (default: CUDA when available), --json (the plan as JSON).
 - Exit status 0 when the plan fits, 1 when it does not (usable in scripts).
+- Only the model's config.json is read: a Hub that cannot be reached fails in about a second, saying that a local
+  folder or HF_HUB_OFFLINE=1 works (slimrl/planning/hub.py).
 """
 
 from __future__ import annotations
@@ -77,7 +79,9 @@ def run_plan(argv: list[str]) -> int:
         print(USAGE)
         print(__doc__.split("\n\n", 1)[0])
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    own, rest = _own_parser().parse_known_args(argv[1:])
+    from slimrl.cli.flags import concise_errors
+
+    own, rest = concise_errors(_own_parser(), "plan", argv[1:]).parse_known_args(argv[1:])
     _, model_args, training_args = _parse(argv[0], rest)
     result = plan_from_args(argv[0], model_args, training_args, own)
     print(json.dumps(result.to_dict(), indent=2) if own.json else result, flush=True)

@@ -17,7 +17,6 @@ Choices made:
 
 from __future__ import annotations
 
-import os
 import time
 
 from slimrl.cli.args import SHORT_RUN_DEFAULTS
@@ -92,7 +91,6 @@ def run_ppo(task_args, model_args, training_args) -> dict:
     task = build_task(task_args, training_args.seed)
     scores = score_functions(task, task_args)
     out = training_args.output_dir
-    os.makedirs(out, exist_ok=True)
     print(
         f"[slimrl] ppo on {task.name}: {len(task.train_dataset)} train prompts, score "
         f"{', '.join(f.__name__ for f in scores)}; output_dir {out}",

@@ -82,7 +82,6 @@ def run_preference(algorithm: str, task_args, model_args, training_args) -> dict
     wall0 = time.perf_counter()
     task = build_preference_task(algorithm, task_args, training_args.seed)
     out = training_args.output_dir
-    os.makedirs(out, exist_ok=True)
     print(f"[slimrl] {algorithm} on {task.name}: {len(task.train_dataset)} train rows; output_dir {out}", flush=True)
 
     def make_trainer(model, tokenizer, callbacks):

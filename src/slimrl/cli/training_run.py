@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ def run_training(task, spec: RunSpec, task_args, model_args, training_args, wall
         model_args.model_name_or_path, model_args.max_seq_length, model_args.dtype, model_args.load_in_4bit, model_args
     )
     model = add_lora(model, model_args, bool(training_args.gradient_checkpointing), training_args.seed)
+    os.makedirs(out, exist_ok=True)  # only now: a model that cannot load leaves nothing behind
     before = evaluate_task(model, tokenizer, task, task_args, spec.max_new_tokens, "before")
     trainer = spec.make_trainer(model, tokenizer, [JsonlMetricsCallback(os.path.join(out, "metrics.jsonl"))])
     _swap_progress_bar(trainer, training_args, spec)
@@ -85,6 +87,12 @@ def evaluate_task(model, tokenizer, task, task_args, max_new_tokens: int, label:
 
     if not task_args.num_eval_samples or task.eval_dataset is None or task.accuracy_reward is None:
         return None
+    print(  # up to a minute on a CPU: said before it starts
+        f"[slimrl] evaluating {label}: {len(task.eval_dataset)} held-out prompts, greedy, up to {max_new_tokens} "
+        "new tokens each ...",
+        file=sys.stderr,
+        flush=True,
+    )
     t0 = time.perf_counter()
     set_inference(model, True)
     try:

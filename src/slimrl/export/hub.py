@@ -18,25 +18,11 @@ from __future__ import annotations
 
 import os
 
-EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+from ..models.embedded import hub_base_model
 
 _CHATML_OLLAMA_TEMPLATE = (
     "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
 )
-
-
-def hub_base_model(name: str | None) -> str | None:
-    """The Hub id to name as `base_model` in a model card, or None (local paths, GGUF files)."""
-    from ..models.embedded import is_embedded_name
-
-    if name is None:
-        return None
-    if is_embedded_name(name):
-        return EMBEDDED_HUB_ID
-    parts = name.split("/")
-    if len(parts) == 2 and all(parts) and not os.path.exists(name) and not name.startswith((".", "~")):
-        return name
-    return None
 
 
 def write_model_card(folder: str, base_name: str | None, library: str) -> str:

@@ -13,6 +13,9 @@ Choices:
   which is right (slimrl never resizes it). Those two warnings, for that name only, are filtered (registered once
   in Python's warnings filters); peft's Hub lookup itself still runs where the network is up (HF_HUB_OFFLINE=1
   skips it).
+- peft's model card (README.md beside the adapter) names `model.config._name_or_path` as `base_model`; the
+  adapter's card names the Hub id instead (the embedded model's, or the Hub id given) or no base_model for a local
+  folder, so `push_to_hub` never publishes a path of the machine it was trained on.
 - `FastLanguageModel.from_pretrained(adapter_folder)` (as in Unsloth) loads the base the adapter names through
   slimrl's loader (so "smollm2-135m" and `.gguf` bases resolve) and puts the adapter on it, trainable, so training
   can go on; the tokenizer is the base's.
@@ -20,6 +23,7 @@ Choices:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -28,6 +32,7 @@ import warnings
 
 from ..state import model_state, set_peft_owner
 from . import embedded
+from .embedded import hub_base_model
 
 logger = logging.getLogger("slimrl")
 
@@ -50,8 +55,43 @@ def set_base_model_name(peft_model, model) -> None:
         return
     for config in getattr(peft_model, "peft_config", {}).values():
         config.base_model_name_or_path = name
+    if hasattr(peft_model, "create_or_update_model_card") and "create_or_update_model_card" not in vars(peft_model):
+        from ..swaps import swap
+
+        method = functools.partial(_card_naming_requested_base, peft_model)  # deepcopies and pickles with the model
+        swap(peft_model, "create_or_update_model_card", method, "the card's base_model: a Hub id, not a local path")
     if embedded.is_embedded_name(name) or name.lower().endswith(".gguf"):
         _quiet_peft_vocabulary_check(name)
+
+
+def _card_naming_requested_base(self, output_dir: str) -> None:
+    """peft's model card (README.md), its `base_model` the adapter's base as a Hub id (embedded.py's
+    hub_base_model: the embedded model's Hub id, a Hub id as given) or left out (a local folder or file), never
+    `model.config._name_or_path`, which for the embedded model is slimrl's cache folder on this machine."""
+    type(self).create_or_update_model_card(self, output_dir)
+    names = {c.base_model_name_or_path for c in self.peft_config.values()}
+    card_base_model(os.path.join(output_dir, "README.md"), names.pop() if len(names) == 1 else None)
+
+
+def card_base_model(card_path: str, name: str | None) -> None:
+    """Set the `base_model` of the model card at `card_path` to `name`'s Hub id, or remove it when there is none."""
+    from huggingface_hub import ModelCard
+
+
+    if not os.path.isfile(card_path):
+        return
+    card = ModelCard.load(card_path)
+    base, old = hub_base_model(name), card.data.get("base_model")
+    if old == base:
+        return
+    if base is None:
+        card.data.pop("base_model", None)
+    else:
+        card.data["base_model"] = base
+    if old and card.data.get("tags"):  # peft also tags the card "base_model:adapter:<its base_model>"
+        tags = [t[: -len(old)] + base if base and t.endswith(":" + old) else t for t in card.data["tags"]]
+        card.data["tags"] = [t for t in tags if not t.endswith(":" + old)]
+    card.save(card_path)
 
 
 def _quiet_peft_vocabulary_check(name: str) -> None:

@@ -9,6 +9,7 @@ Choices:
 - The folder is written to a temporary sibling and renamed into place, after a marker file is written last, so an
   interrupted conversion never leaves a folder that looks complete. Two processes converting at once both
   finish; the second rename loses and its copy is deleted. Temporaries older than an hour are swept.
+- The conversion says so first, one line on stderr (the wait would otherwise be silent); a cached load says nothing.
 - `embedded_model_path()` returns that safetensors folder so other backends (vLLM) can load the same weights.
 """
 
@@ -19,6 +20,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -154,8 +156,28 @@ def gguf_cached_folder(
     folder = cache_root() / "models" / name
     if _is_complete(folder):
         return str(folder)
-    logger.info("Converting %s to safetensors in %s (once; ~15 s for the embedded model)", gguf_path, folder)
+    print(  # a wait of 15 s to a minute the first time: said on stderr, one line, whatever the logging setup
+        f"[slimrl] first load of {os.path.basename(gguf_path)}: converting it to safetensors in {folder} (once; "
+        "~15 s for the embedded model)",
+        file=sys.stderr,
+        flush=True,
+    )
     start = time.perf_counter()
     path = ensure_cached_folder(name, lambda tmp: convert(gguf_path, tmp), info={"source": gguf_path, "size": size})
     logger.info("Converted in %.1f s", time.perf_counter() - start)
     return path
+
+
+EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the embedded model's Hub id, for model cards
+
+
+def hub_base_model(name: str | None) -> str | None:
+    """The Hub id to name as `base_model` in a model card, or None (local paths, GGUF files)."""
+    if name is None:
+        return None
+    if is_embedded_name(name):
+        return EMBEDDED_HUB_ID
+    parts = name.split("/")
+    if len(parts) == 2 and all(parts) and not os.path.exists(name) and not name.startswith((".", "~")):
+        return name
+    return None

@@ -9,6 +9,9 @@ Choices:
 - Keywords that are LoraConfig fields pass through; Unsloth-only keywords are warned about and dropped
   (`max_seq_length` is honoured: it updates `model.max_seq_length`).
 - Checkpointing is configured through checkpointing.apply_checkpointing, which also pins it against TRL.
+- The LoRA layers get slimrl's two speed levers (lora_speed.speed_up_lora): `skip_lora_input_casts` (default True:
+  PEFT's fp32 input copy skipped where autocast would cast it straight back; exact) and `fused_lora` (default
+  "auto": the fused LoRA forward on CUDA models only). Both are recorded swaps, listed by `slimrl.describe`.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 from torch import nn
 
 from ..state import set_peft_owner
-from . import adapters, checkpointing
+from . import adapters, checkpointing, lora_speed
 
 logger = logging.getLogger("slimrl")
 
@@ -88,6 +91,8 @@ def get_peft_model(
     bias: str = "none",
     use_gradient_checkpointing=True,
     random_state: int = 3407,
+    fused_lora=lora_speed.AUTO,
+    skip_lora_input_casts=True,
     **peft_kwargs,
 ):
     """Wrap `model` in a LoRA PeftModel and configure checkpointing; see FastLanguageModel.get_peft_model."""
@@ -95,6 +100,8 @@ def get_peft_model(
     from peft import get_peft_model as peft_get_peft_model
 
     mode = checkpointing.normalize_mode(use_gradient_checkpointing)
+    lora_speed.validate_lever("fused_lora", fused_lora)
+    lora_speed.validate_lever("skip_lora_input_casts", skip_lora_input_casts)
     if isinstance(model, PeftModel):
         warnings.warn(
             "get_peft_model: the model already has LoRA adapters; returning it unchanged (checkpointing mode updated).",
@@ -127,7 +134,10 @@ def get_peft_model(
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(random_state)
-        peft_model = peft_get_peft_model(model, config)
+        with warnings.catch_warnings():  # peft reads the name transformers renamed (is_activation_checkpointing)
+            warnings.filterwarnings("ignore", r"`is_gradient_checkpointing` is deprecated", FutureWarning)
+            peft_model = peft_get_peft_model(model, config)
+    lora_speed.speed_up_lora(peft_model, fused=fused_lora, skip_input_casts=skip_lora_input_casts)
     adapters.set_base_model_name(peft_model, model)  # the adapter names what the user loaded, not a cache folder
     # fast_generate and the export methods live on the transformers model too; they save the adapter through its owner
     set_peft_owner(model, peft_model)

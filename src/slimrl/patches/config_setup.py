@@ -93,6 +93,7 @@ def config_post_init_maker(family: Family):
                 set_field(self, budget.BUDGET_FIELD, validated, "validated")
             precision.resolve_config_precision(self)
             distributed.resolve_config_device(self)
+            distributed.resolve_pin_memory(self)
             check_ranges(self)  # every numeric field against its meaningful range (config_ranges.py)
             family.check_config(self)
             original(self)

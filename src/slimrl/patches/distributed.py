@@ -21,6 +21,9 @@ patched trainers keep it. One default goes wrong there, and it is resolved the w
 6. "An accelerator" is whatever torch counts (`torch.accelerator`: CUDA, XPU, MPS, ...) or an XLA device: there the
    launcher's own backend applies and nothing is changed. `ACCELERATE_USE_CPU=true` (set by `accelerate launch
    --cpu`) already means use_cpu to transformers.
+7. With no accelerator (or use_cpu), `dataloader_pin_memory` left unset becomes False (recorded, no notice): pinned
+   host memory has nothing to be copied to, and torch warns about it at every dataloader, mid-progress-bar. A value
+   the user set is kept.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import torch
 
 from ..notices import notice
 from ..state import user_set
-from ..swaps import set_field
+from ..swaps import adjust_default, set_field
 
 # The variables accelerate reads for a launch's world size (torchrun, Intel MPI / MPICH, Open MPI, MVAPICH)
 WORLD_SIZE_VARS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -89,3 +92,11 @@ def resolve_config_device(args) -> None:
             f"use_cpu=True (was False): {processes} processes on a machine without an accelerator "
             "(set use_cpu yourself to silence this)"
         )
+
+
+def resolve_pin_memory(args) -> None:
+    """In the config's `__post_init__`: `dataloader_pin_memory` off without an accelerator, unless the user set it."""
+    if not getattr(args, "dataloader_pin_memory", False):
+        return
+    if getattr(args, "use_cpu", False) or _flag("ACCELERATE_USE_CPU") or not has_accelerator():
+        adjust_default(args, "dataloader_pin_memory", False, "no accelerator: pinned host memory would go unused")

@@ -59,27 +59,33 @@ def check_batch_geometry(args, world_size: int | None = None) -> None:
         how = f"per_device_train_batch_size ({bs}) × {factor} ({steps}) × world size ({world}) = {total}"
     if total % g == 0:
         return
-    if args.generation_batch_size is None and args.steps_per_generation is None:
-        fit_generation_batch(args, world, total)
+    if args.generation_batch_size is None and args.steps_per_generation is None and fit_generation_batch(args, world):
         return
     per_step = max(1, total // bs)  # what multiplies per_device_train_batch_size
     good_bs = [b for b in range(1, 4 * max(bs, g) + 1) if (b * per_step) % g == 0][:4]
     good_g = _divisors(total)
+    fitted = ""
+    if factor != "generation_batch_size":
+        steps = math.lcm(bs * world, g) // (bs * world)
+        fitted = f", or steps_per_generation {steps} (generation batch {steps * bs * world}, the rest unchanged)"
     raise ValueError(
-        f"{how} is not divisible by num_generations ({g}): every prompt's {g} completions must land in the same "
-        f"generation batch. Values that work: per_device_train_batch_size in {good_bs} (keeping the rest), or "
-        f"num_generations in {good_g}, or a {factor} that makes the product a multiple of {g}."
+        f"the generation batch, {how}, is not divisible by num_generations ({g}): every prompt's {g} completions "
+        f"must land in the same generation batch. Values that work: per_device_train_batch_size in {good_bs} "
+        f"(keeping the rest), or num_generations in {good_g}, or a {factor} that makes the product a multiple of "
+        f"{g}{fitted}."
     )
 
 
-def fit_generation_batch(args, world: int, total: int) -> None:
+def fit_generation_batch(args, world: int) -> bool:
     """The least generation batch that holds whole groups of num_generations and splits into micro-batches of
-    per_device_train_batch_size x world: set through steps_per_generation (micro-batch and accumulation kept)."""
+    per_device_train_batch_size x world: set through steps_per_generation (micro-batch and accumulation kept).
+    False when steps_per_generation was given (as None: a parser passes every field), so the caller raises."""
     step_rows = args.per_device_train_batch_size * world
     steps = math.lcm(step_rows, args.num_generations) // step_rows
     ga = args.gradient_accumulation_steps
+    total = step_rows * ga
     if not adjust_default(args, "steps_per_generation", steps, "whole groups of num_generations per generation batch"):
-        return  # the user's own steps_per_generation: TRL's check names the mismatch
+        return False
     notice(
         f"generation batch {total} (per_device_train_batch_size {args.per_device_train_batch_size} x "
         f"gradient_accumulation_steps {ga} x world size {world}) holds no whole groups of num_generations="
@@ -87,6 +93,7 @@ def fit_generation_batch(args, world: int, total: int) -> None:
         f"{steps * step_rows} ({steps * step_rows // args.num_generations} prompts per generation; micro-batch and "
         "accumulation unchanged). Set steps_per_generation or generation_batch_size yourself to choose."
     )
+    return True
 
 
 def check_config(args) -> None:

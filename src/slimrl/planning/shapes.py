@@ -7,7 +7,8 @@ Choices:
 2. LoRA targets default to slimrl's own default (slimrl.models.lora.default_target_modules: every Linear inside the
    decoder blocks), so a plan matches what `FastLanguageModel.get_peft_model(model)` builds.
 3. A model is given as a transformers config, a config dict, a config.json path or folder, a `.gguf` file (its
-   metadata), the embedded model's short name, or a Hub id (read from the local cache when offline).
+   metadata), the embedded model's short name, or a Hub id (planning/hub.py: read from the local cache when offline
+   or when the Hub cannot be reached).
 """
 
 from __future__ import annotations
@@ -53,7 +54,14 @@ def _config_from_path(path: str):
     if os.path.isfile(path):
         with open(path) as f:
             return _config_from_dict(json.load(f))
-    return AutoConfig.from_pretrained(path)
+    if os.path.isdir(path):
+        return AutoConfig.from_pretrained(path)
+    from ..models.sources import check_local_source
+
+    check_local_source(path)  # a path that does not exist: said as such, not as a Hub id
+    from .hub import hub_config
+
+    return hub_config(path)
 
 
 def _config_from_dict(values: dict):

@@ -3,7 +3,9 @@
 
 1. Reads its settings (one frame on fd 0), imports the allowed modules (nothing can be read from disk later), locks
    itself down (kernel.lock_down) and answers ("ready", status of each layer).
-2. Reads the function's source, defines it in a namespace holding only the sandbox's builtins, answers ("defined",).
+2. Reads the function's source, defines it in a namespace holding only the sandbox's builtins (with the interpreter
+   layer on, after adding guards.py's audit hook), drops every module from this module's globals and the set-up's
+   modules from sys.modules, answers ("defined",).
 3. Serves calls: ("ok", result, output) or ("error", type name, message, output), `output` being what the function
    printed (capped). It exits when fd 0 closes; the trainer stops it with SIGKILL at its time limit.
 """
@@ -16,6 +18,7 @@ import io
 import sys
 import types
 
+import guards
 import kernel
 import wire
 
@@ -59,37 +62,11 @@ def _module_views(modules: dict, hidden: dict) -> dict:
     return views
 
 
-def _sandbox_builtins(settings: dict, views: dict) -> dict:
-    refused_attributes = set(settings["refused_attributes"])
-
-    def check(name):
-        if not isinstance(name, str):
-            raise TypeError("attribute name must be a string")
-        if name.startswith("_") or name in refused_attributes:
-            raise AttributeError(f"the attribute {name!r} is not available in the sandbox")
-        return name
-
-    def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
-        if level or name not in views:
-            raise ImportError(f"import of {name!r} is not allowed in the sandbox")
-        return views[name] if fromlist else views[name.split(".")[0]]
-
-    table = {k: v for k, v in vars(builtins).items() if not k.startswith("__") or k == "__build_class__"}
-    for name in settings["refused_builtins"]:
-        table.pop(name, None)
-    table.update(
-        __import__=guarded_import,
-        getattr=lambda obj, name, *default: getattr(obj, check(name), *default),
-        hasattr=lambda obj, name: hasattr(obj, check(name)),
-        setattr=lambda obj, name, value: setattr(obj, check(name), value),
-        delattr=lambda obj, name: delattr(obj, check(name)),
-    )
-    return table
-
-
 def _define(request: dict, settings: dict, views: dict):
     code = compile(request["source"], "<model code>", "exec", flags=request["annotations_flag"], dont_inherit=True)
-    table = _sandbox_builtins(settings, views) if settings["interpreter_policy"] else builtins.__dict__
+    table = (
+        guards.sandbox_builtins(vars(builtins), settings, views) if settings["interpreter_policy"] else vars(builtins)
+    )
     module = sys.modules["sandbox"] = types.ModuleType("sandbox")  # what dataclasses & co. look classes up in
     namespace = module.__dict__
     namespace["__builtins__"] = table
@@ -97,31 +74,54 @@ def _define(request: dict, settings: dict, views: dict):
     return namespace.pop(request["name"])  # the function sees no globals, not even itself (as in Unsloth)
 
 
-def _send(message) -> None:
-    try:
-        data = wire.dump(message)
-    except wire.NotPlainData as exc:
-        data = wire.dump(("error", "TypeError", f"the function returned a value that is not plain data: {exc}",
-                          message[-1]))  # fmt: skip
-    wire.write_frame(_OUT, data)
+def _receiver(load, read):
+    """receive(): the next frame from the trainer, unpickled as plain data."""
+    return lambda: load(read(_IN))
 
 
-def _serve(function, output: _CappedOutput) -> None:
+def _sender(dump, write, not_plain):
+    """send(message): one frame to the trainer; a result that is not plain data is reported as an error."""
+
+    def send(message) -> None:
+        try:
+            data = dump(message)
+        except not_plain as exc:
+            data = dump(("error", "TypeError", f"the function returned a value that is not plain data: {exc}",
+                         message[-1]))  # fmt: skip
+        write(_OUT, data)
+
+    return send
+
+
+def _serve(function, output: _CappedOutput, receive, send) -> None:
     while True:
         try:
-            request = wire.load(wire.read_frame(_IN))
+            request = receive()
         except EOFError:
             return
         try:
             result = function(*request["args"], **request["kwargs"])
         except BaseException as exc:  # the function's own failure, whatever it raised, is reported, not fatal
-            _send(("error", type(exc).__name__, str(exc)[:2000], output.take()))
+            send(("error", type(exc).__name__, str(exc)[:2000], output.take()))
             continue
-        _send(("ok", result, output.take()))
+        send(("ok", result, output.take()))
+
+
+def _forget_modules() -> None:
+    """Once the function is defined, drop what model code could walk to from the serving loop's frames: the
+    set-up's modules (ctypes, the lock-down's libc handles) from sys.modules, and every module from this module's
+    globals (the loop gets the functions it needs as arguments)."""
+    for name in ("kernel", "ctypes", "ctypes._endian", "_ctypes", "importlib", "importlib.util", "importlib.machinery"):
+        sys.modules.pop(name, None)
+    namespace = globals()
+    for name in [key for key, value in namespace.items() if isinstance(value, types.ModuleType)]:
+        del namespace[name]
 
 
 def main() -> None:
-    settings = wire.load(wire.read_frame(_IN))
+    receive = _receiver(wire.load, wire.read_frame)
+    send = _sender(wire.dump, wire.write_frame, wire.NotPlainData)
+    settings = receive()
     output = _CappedOutput(settings["output_limit"])
     sys.stdout = sys.stderr = output
     modules = {}
@@ -132,13 +132,19 @@ def main() -> None:
             continue
     views = _module_views({n: m for n, m in modules.items() if n in settings["allowed_modules"]},
                           settings["refused_module_attributes"])  # fmt: skip
-    status = kernel.lock_down(settings["memory_bytes"], settings["cpu_seconds"], settings["layers"])
-    _send(("ready", status))
-    request = wire.load(wire.read_frame(_IN))
+    del modules
+    if settings["interpreter_policy"]:
+        guards.guard_views(views)
+    send(("ready", kernel.lock_down(settings["memory_bytes"], settings["cpu_seconds"], settings["layers"])))
+    request = receive()
+    if settings["interpreter_policy"]:
+        sys.addaudithook(guards.audit_hook(settings))
     try:
         function = _define(request, settings, views)
     except BaseException as exc:
-        _send(("error", type(exc).__name__, str(exc)[:2000], output.take()))
+        send(("error", type(exc).__name__, str(exc)[:2000], output.take()))
         return
-    _send(("defined", output.take()))
-    _serve(function, output)
+    finally:
+        _forget_modules()
+    send(("defined", output.take()))
+    _serve(function, output, receive, send)

@@ -15,6 +15,7 @@ Each layer is irreversible once applied and reports "on" or why it is not ("unav
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import struct
 import sys
@@ -83,11 +84,31 @@ def die_with_parent() -> None:
         _libc().prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
 
 
+_NOT_LINUX = "unavailable: not Linux (macOS and Windows have no namespaces, Landlock or seccomp)"
+_WHY_NO_NAMESPACES = {
+    errno.EPERM: "unprivileged user namespaces are refused here (a container's seccomp profile such as Docker's "
+    "default, sysctl kernel.unprivileged_userns_clone=0, or an AppArmor userns restriction)",
+    errno.ENOSPC: "the user namespace limit is reached (sysctl user.max_user_namespaces is 0 or used up)",
+    errno.EINVAL: "this kernel lacks user or network namespaces (CONFIG_USER_NS / CONFIG_NET_NS)",
+    errno.ENOSYS: "this kernel has no unshare system call (or a filter hides it)",
+}
+_WHY_NO_LANDLOCK = {
+    errno.ENOSYS: "this kernel has no Landlock (it needs Linux 5.13+ built with CONFIG_SECURITY_LANDLOCK)",
+    errno.EOPNOTSUPP: "Landlock is built in but not enabled (add landlock to the kernel's lsm= boot parameter)",
+    errno.EPERM: "a seccomp profile (a container's) refuses the Landlock system calls",
+}
+
+
+def _why(table: dict, what: str) -> str:
+    code = ctypes.get_errno()
+    return f"unavailable: {table.get(code, what)} ({os.strerror(code)})"
+
+
 def unshare_namespaces() -> str:
     if not sys.platform.startswith("linux"):
-        return "unavailable: not Linux"
+        return _NOT_LINUX
     if _libc().unshare(_CLONE_NEWUSER | _CLONE_NEWNET | _CLONE_NEWIPC) != 0:
-        return f"unavailable: unshare(user, net, ipc) failed: {_errno_text()}"
+        return _why(_WHY_NO_NAMESPACES, "unshare(user, net, ipc) failed")
     return ON
 
 
@@ -97,15 +118,17 @@ class _RulesetAttr(ctypes.Structure):
 
 
 def apply_landlock() -> str:
-    numbers = _LANDLOCK_SYSCALLS.get(os.uname().machine) if sys.platform.startswith("linux") else None
+    if not sys.platform.startswith("linux"):
+        return _NOT_LINUX
+    numbers = _LANDLOCK_SYSCALLS.get(os.uname().machine)
     if numbers is None:
-        return "unavailable: Landlock needs Linux on x86_64 or aarch64"
+        return "unavailable: slimrl applies Landlock on Linux x86_64 and aarch64 only"
     create, restrict = numbers
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
     abi = libc.syscall(create, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # LANDLOCK_CREATE_RULESET_VERSION
     if abi < 1:
-        return f"unavailable: Landlock is not enabled in this kernel ({_errno_text()})"
+        return _why(_WHY_NO_LANDLOCK, "Landlock is not enabled in this kernel")
     fs_bits = max(bits for version, bits in _LANDLOCK_FS_BITS_BY_ABI.items() if version <= abi)
     attr = _RulesetAttr((1 << fs_bits) - 1, 0b11 if abi >= 4 else 0, 0b11 if abi >= 6 else 0)
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
@@ -122,9 +145,10 @@ def _bpf(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k)
 
 
-def _seccomp_program(arch: int, denied: tuple[int, ...]) -> bytes:
+def _seccomp_program(arch: int, denied: tuple[int, ...], error: int = errno.EPERM) -> bytes:
+    """A filter that makes each system call in `denied` (and every x32 one) fail with `error`."""
     ld_w_abs, jeq_k, jge_k, ret_k = 0x20, 0x15, 0x35, 0x06
-    kill_process, errno_eperm, allow = 0x80000000, 0x00050000 | 1, 0x7FFF0000
+    kill_process, errno_eperm, allow = 0x80000000, 0x00050000 | error, 0x7FFF0000
     program = [
         _bpf(ld_w_abs, 0, 0, 4),  # seccomp_data.arch
         _bpf(jeq_k, 1, 0, arch),
@@ -142,11 +166,8 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
 
-def apply_seccomp() -> str:
-    machine = os.uname().machine if sys.platform.startswith("linux") else ""
-    if machine not in _DENIED_SYSCALLS:
-        return "unavailable: seccomp filter written for Linux on x86_64 or aarch64"
-    program = _seccomp_program(_AUDIT_ARCH[machine], _DENIED_SYSCALLS[machine])
+def install_filter(program: bytes) -> str:
+    """Install a seccomp `program` on this process (and, inherited, on every process it starts)."""
     libc = _libc()
     fprog = _SockFprog(len(program) // 8, program)
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -154,6 +175,15 @@ def apply_seccomp() -> str:
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         return f"unavailable: seccomp filter refused: {_errno_text()}"
     return ON
+
+
+def apply_seccomp() -> str:
+    if not sys.platform.startswith("linux"):
+        return _NOT_LINUX
+    machine = os.uname().machine
+    if machine not in _DENIED_SYSCALLS:
+        return "unavailable: slimrl's seccomp filter is written for Linux x86_64 and aarch64 only"
+    return install_filter(_seccomp_program(_AUDIT_ARCH[machine], _DENIED_SYSCALLS[machine]))
 
 
 def lock_down(memory_bytes: int, cpu_seconds: int, layers: dict) -> dict:

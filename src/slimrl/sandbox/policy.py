@@ -1,16 +1,20 @@
 """What model-written code may use inside the sandbox, checked on its source before anything runs.
 
-This is the interpreter layer: a filter that refuses the obvious (an import outside ALLOWED_MODULES, `open`, `eval`,
-a `_private` or frame attribute, a `__dunder__` name) and gives a reward function a clear verdict. It is not the
-boundary: the sandbox process and its kernel layers are (slimrl.sandbox.kernel). The lists here are the one copy;
-the sandbox process receives them and enforces the same rules at run time (guarded import, getattr, module views).
+This is the interpreter layer's source check: it refuses an import outside ALLOWED_MODULES, `open`, `eval`, and every
+way the source can name a `_private`, dunder or frame attribute (attributes, class patterns, format strings, dunder
+strings), and gives a reward function a clear verdict. The lists here are the one copy: the sandbox process receives
+them and enforces the same rules at run time (guards.py: guarded import and getattr, module views, an audit hook).
+The kernel layers (kernel.py) hold beneath it; without one the sandbox refuses to run model code (layers.py).
 """
 
 from __future__ import annotations
 import __future__
 
 import ast
+import string
 import sys
+
+from _string import formatter_field_name_split as _formatter_field_name_split
 
 # pure computation; a module attribute that is itself a module is visible only when that module is listed too
 ALLOWED_MODULES = (
@@ -23,7 +27,11 @@ REFUSED_MODULE_ATTRIBUTES = {
     "typing": ("get_type_hints", "ForwardRef", "evaluate_forward_ref"),
     "operator": ("attrgetter", "methodcaller"),
     "string": ("Formatter",),  # Formatter().get_field("0.__class__", ...) is getattr by another name
-}
+    # update_wrapper(w, f, assigned=..., updated=...) reads and copies any attribute it is told to
+    # singledispatch's register() evaluates a function's annotations (typing.get_type_hints): code in a string
+    "functools": ("update_wrapper", "wraps", "WRAPPER_ASSIGNMENTS", "WRAPPER_UPDATES", "singledispatch",
+                  "singledispatchmethod"),
+}  # fmt: skip
 REFUSED_BUILTINS = (
     "open", "exec", "eval", "compile", "globals", "locals", "vars", "input", "breakpoint", "help", "exit", "quit",
 )  # fmt: skip
@@ -32,6 +40,29 @@ REFUSED_ATTRIBUTES = (
     "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame", "ag_code", "ag_await",
     "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next", "func_globals", "func_code",
 )  # fmt: skip
+# methods that make a class hook into other objects' checks, pickling or finalisation: refused as definitions
+REFUSED_METHODS = (
+    "__del__", "__instancecheck__", "__subclasscheck__", "__subclasshook__", "__init_subclass__", "__set_name__",
+    "__class_getitem__", "__mro_entries__", "__prepare__", "__reduce__", "__reduce_ex__", "__getstate__",
+    "__setstate__", "__getnewargs__", "__getnewargs_ex__", "__copy__", "__deepcopy__", "__match_args__",
+)  # fmt: skip
+# str.format reads attributes named in its format string: only on a literal whose fields are checked
+FORMAT_METHODS = ("format", "format_map")
+# class patterns with positional sub-patterns read __match_args__: only these (which match themselves) may
+SELF_MATCHING = ("bool", "bytearray", "bytes", "dict", "float", "frozenset", "int", "list", "set", "str", "tuple")
+# run time, inside the sandbox process: audit events (PEP 578) refused once the model's code is defined
+REFUSED_EVENTS = (
+    "open", "import", "code.__new__", "function.__new__", "builtins.input", "builtins.breakpoint", "sys.addaudithook",
+    "sys.settrace", "sys.setprofile", "sys._current_frames", "sys._current_exceptions", "pickle.find_class",
+    "setopencodehook",
+)  # fmt: skip
+REFUSED_EVENT_PREFIXES = (
+    "os.", "subprocess.", "socket.", "shutil.", "ctypes.", "gc.", "marshal.", "mmap.", "resource.", "signal.",
+    "fcntl.", "pty.", "syslog.", "sqlite3.", "urllib.", "http.", "ftplib.", "smtplib.", "poplib.", "imaplib.",
+    "telnetlib.", "nntplib.", "webbrowser.", "glob.", "tempfile.", "_winapi.", "winreg.", "msvcrt.", "sys.monitoring",
+)  # fmt: skip
+# "object.__getattr__" events (CPython audits reads of these): frames and code, refused at run time
+AUDITED_FRAME_ATTRIBUTES = ("tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code", "gi_code", "cr_code", "ag_code")
 ANNOTATIONS_FLAG = __future__.annotations.compiler_flag  # annotations stay strings: never evaluated
 
 
@@ -50,6 +81,7 @@ class _Scanner(ast.NodeVisitor):
         self.refused: list[str] = []
         self.bound: set[str] = set()
         self.loaded: list[tuple[str, int]] = []
+        self.self_matching: list[tuple[str, int]] = []
 
     def _refuse(self, node, what: str) -> None:
         self.refused.append(f"line {getattr(node, 'lineno', '?')}: {what}")
@@ -76,9 +108,34 @@ class _Scanner(ast.NodeVisitor):
             self.bound.add(alias.asname or alias.name)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr.startswith("_") or node.attr in REFUSED_ATTRIBUTES:
+        if refused_attribute(node.attr):
             self._refuse(node, f"the attribute .{node.attr}")
+        elif node.attr in FORMAT_METHODS:
+            self._format(node)
         self.generic_visit(node)
+
+    def _format(self, node: ast.Attribute) -> None:
+        receiver = node.value
+        if not (isinstance(receiver, ast.Constant) and isinstance(receiver.value, str)):
+            self._refuse(node, f".{node.attr} on anything but a string literal (its fields read attributes)")
+            return
+        for problem in format_string_problems(receiver.value):
+            self._refuse(node, f"the format string {receiver.value!r}: {problem}")
+
+    def visit_MatchClass(self, node: ast.MatchClass) -> None:
+        for name in node.kwd_attrs:
+            if refused_attribute(name) or name in FORMAT_METHODS:
+                self._refuse(node, f"the class pattern's attribute {name}=")
+        if node.patterns and not (isinstance(node.cls, ast.Name) and node.cls.id in SELF_MATCHING):
+            self._refuse(node, "a class pattern with positional sub-patterns (they read __match_args__); use "
+                         "keyword patterns such as Point(x=0)")  # fmt: skip
+        elif node.patterns:
+            self.self_matching.append((node.cls.id, node.lineno))
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and _DUNDER(node.value):
+            self._refuse(node, f"the string {node.value!r} (a dunder name)")
 
     def visit_Name(self, node: ast.Name) -> None:
         if node.id.startswith("__"):
@@ -90,10 +147,37 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_arg(self, node: ast.arg) -> None:
         self.bound.add(node.arg)
+        self._annotation(node.annotation)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._annotation(node.annotation)
+        for child in (node.target, node.value):
+            if child is not None:
+                self.visit(child)
+
+    def _annotation(self, node) -> None:
+        """An annotation is checked like code, a string one too: something may evaluate it (get_type_hints)."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                node = ast.increment_lineno(ast.parse(node.value.strip(), mode="eval"), node.lineno - 1)
+            except SyntaxError:
+                return  # not an expression: nothing can evaluate it
+        if node is not None:
+            self.visit(node)
 
     def visit_FunctionDef(self, node) -> None:
+        if node.name in REFUSED_METHODS:
+            self._refuse(node, f"a method named {node.name}")
         self.bound.add(node.name)
-        self.generic_visit(node)
+        for field, value in ast.iter_fields(node):
+            if field == "returns":
+                self._annotation(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.visit(item)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
 
     visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
 
@@ -106,6 +190,39 @@ class _Scanner(ast.NodeVisitor):
         for name, line in self.loaded:
             if name in REFUSED_BUILTINS and name not in self.bound:
                 self.refused.append(f"line {line}: {name}() (not available in the sandbox)")
+        for name, line in self.self_matching:
+            if name in self.bound:  # a built-in's name given to another class
+                self.refused.append(f"line {line}: a class pattern on {name}, which the code rebinds")
+
+
+def _DUNDER(text: str) -> bool:
+    return len(text) > 4 and text.startswith("__") and text.endswith("__") and text[2:-2].isidentifier()
+
+
+def refused_attribute(name: str) -> bool:
+    """A private, dunder or frame attribute (the parser has NFKC-normalised names in the source already)."""
+    return name.startswith("_") or name in REFUSED_ATTRIBUTES
+
+
+def format_string_problems(text: str) -> list[str]:
+    """What a `str.format` string reads that the sandbox refuses: attributes named in its fields (nested ones in
+    format specs included), or a string that does not parse."""
+    try:
+        fields = [(name, spec) for _, name, spec, _ in string.Formatter().parse(text) if name is not None]
+    except ValueError as exc:
+        return [f"does not parse ({exc})"]
+    problems = []
+    for name, spec in fields:
+        try:
+            first, rest = _formatter_field_name_split(name)
+            parts = [(is_attribute, key) for is_attribute, key in rest]
+        except ValueError as exc:
+            problems.append(f"field {name!r} does not parse ({exc})")
+            continue
+        problems += [f"field {name!r} reads the attribute .{key}" for is_attribute, key in parts
+                     if is_attribute and (refused_attribute(key) or key in FORMAT_METHODS)]  # fmt: skip
+        problems += format_string_problems(spec or "")
+    return problems
 
 
 def _scan(tree: ast.AST) -> _Scanner:

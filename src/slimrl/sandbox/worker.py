@@ -20,12 +20,12 @@ import threading
 import time
 import weakref
 
-from ..notices import notice
-from . import limits, policy, wire
+from . import layers, limits, policy, wire
 
 START_SECONDS = 30.0
 OUTPUT_LIMIT_CHARS = 10_000
-_BOOT = "import sys; sys.path[:0] = [{folder!r}]; import child; child.main()"
+# __main__ keeps no module: its frame is the outermost of the serving loop's
+_BOOT = "import sys; sys.path[:0] = [{folder!r}]; del sys, __builtins__; __import__('child').main()"
 _SPARES: dict = {}
 _SPARES_LOCK = threading.Lock()
 
@@ -48,6 +48,14 @@ class Settings:
     interpreter_policy: bool = True  # False: the kernel layers alone (any preloaded module may be imported)
     preload: tuple[str, ...] = ()  # modules imported before the lock-down besides the allowed ones
     layers_off: tuple[str, ...] = ()  # kernel layers not applied (see kernel.lock_down)
+    # run model code even when a kernel layer is missing (or in layers_off): see layers.py; also the environment's
+    # SLIMRL_SANDBOX_ALLOW_WEAKER=1
+    allow_weaker_sandbox: bool = False
+
+    def __post_init__(self):
+        unknown = set(self.layers_off) - set(layers.KERNEL_LAYERS)
+        if unknown:
+            raise ValueError(f"layers_off: unknown layers {sorted(unknown)} (known: {', '.join(layers.KERNEL_LAYERS)})")
 
     def message(self) -> dict:
         return {
@@ -60,6 +68,9 @@ class Settings:
             "refused_builtins": list(policy.REFUSED_BUILTINS),
             "refused_attributes": list(policy.REFUSED_ATTRIBUTES),
             "preload": list(self.preload),
+            "refused_events": list(policy.REFUSED_EVENTS),
+            "refused_event_prefixes": list(policy.REFUSED_EVENT_PREFIXES),
+            "audited_frame_attributes": list(policy.AUDITED_FRAME_ATTRIBUTES),
             "output_limit": OUTPUT_LIMIT_CHARS,
         }
 
@@ -125,21 +136,11 @@ def take_process(settings: Settings) -> _Process:
     return process
 
 
-def read_ready(process: _Process, deadline: float, interpreter_policy: bool = True) -> dict:
-    """The status of each kernel layer the process applied; a notice when one is missing."""
+def read_ready(process: _Process, deadline: float) -> dict:
+    """The status of each kernel layer the process applied."""
     kind, status = process.receive(deadline)
     if kind != "ready":
         raise SandboxError(f"the sandbox process answered {kind!r} instead of 'ready'")
-    missing = {name: state for name, state in status.items() if not state.startswith("on")}
-    if missing:
-        active = [name for name in status if name not in missing]
-        notice(
-            "sandbox: "
-            + "; ".join(f"{name} {state}" for name, state in missing.items())
-            + ". Model-written code still runs in its own process"
-            + (" with the interpreter restrictions" if interpreter_policy else "")
-            + (f" and {', '.join(active)}." if active else ".")
-        )
     return status
 
 
@@ -178,7 +179,8 @@ class LockedDownFunction:
         deadline, limit = self._deadline(START_SECONDS)
         process = take_process(self.settings)
         try:
-            self.protection = read_ready(process, deadline, self.settings.interpreter_policy)
+            self.protection = read_ready(process, deadline)
+            layers.enforce(self.protection, self.settings.allow_weaker_sandbox)  # the source is not sent otherwise
             process.send({"source": self.source, "name": self.__name__, "annotations_flag": policy.ANNOTATIONS_FLAG})
             self._reply(process.receive(deadline))
         except TimeoutError:
