@@ -77,7 +77,6 @@ def card_base_model(card_path: str, name: str | None) -> None:
     """Set the `base_model` of the model card at `card_path` to `name`'s Hub id, or remove it when there is none."""
     from huggingface_hub import ModelCard
 
-
     if not os.path.isfile(card_path):
         return
     card = ModelCard.load(card_path)
