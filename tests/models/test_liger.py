@@ -239,3 +239,13 @@ def test_plan_line_says_whether_it_applies(fake_liger):
     assert "no kernels for model type 'gpt2'" in liger.plan_line("cuda", "gpt2")
     fake_liger["version"] = "0.9.1"
     assert "liger-kernel 0.9.1 is installed" in liger.plan_line("cuda", "llama")
+
+
+def test_the_plan_has_a_line_on_liger(fake_liger):
+    from slimrl.planning import plan
+    from slimrl.testing import tiny_llama_config
+
+    fields = dict(per_device_train_batch_size=2, max_completion_length=16, bf16=False)
+    for device, expected in (("cuda", "Liger-Kernel RMSNorm, RoPE and SwiGLU apply"), ("cpu", "not on CUDA")):
+        result = plan(tiny_llama_config(), fields, "grpo", prompt_length=16, device=device, device_memory_gb=8)
+        assert any(expected in line for line in str(result).splitlines() if line.startswith("  note: Liger"))
