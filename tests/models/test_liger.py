@@ -231,6 +231,9 @@ def test_deepcopy_and_pickle_keep_the_record(fake_liger):
     assert liger.kernels_on(model) == 7  # the original keeps its own
     record = pickle.loads(pickle.dumps(swap_records(model.model.norm)))
     assert record["forward"][-1].original is swaps.MISSING
+    unpickled = pickle.loads(pickle.dumps(model))  # the record travels; restore still takes every change off
+    liger.restore_liger(unpickled)
+    assert swaps.swapped(unpickled.model.norm) == {} and "forward" not in vars(unpickled.model.norm)
 
 
 def test_plan_line_says_whether_it_applies(fake_liger):

@@ -8,8 +8,9 @@ kept), and records every change it made through slimrl.swaps, so `slimrl.describ
 Choices, and why:
 1. Setting: "auto" (default) applies the kernels when the model's parameters are on CUDA and liger-kernel is
    installed; on CPU (Liger's kernels are Triton: GPU only), without liger-kernel or for an architecture Liger has no
-   function for, nothing changes and one notice says why. True raises there instead, naming `pip install slimrl[gpu]`;
-   False leaves the model alone. An installed liger-kernel outside versions.EXTRAS_SUPPORTED raises either way.
+   function for, nothing changes and one notice says why (once per process). True raises there instead, naming
+   `pip install slimrl[gpu]`; False leaves the model alone. An installed liger-kernel outside
+   versions.EXTRAS_SUPPORTED raises either way, naming both.
 2. Recording: Liger's functions write module attributes and instance attributes themselves. The modeling module's
    and every submodule's own attributes are read before and after the call; each one that changed is recorded
    (swaps.adopt) with the value before it, so `restore` puts back exactly what was there (an added one removed).
@@ -17,8 +18,13 @@ Choices, and why:
    function, which are process-wide. The classes are put back at once (the live model's instances are patched; a
    model built later, maybe on CPU, gets the eager classes). The rotary function becomes a dispatcher
    (`OnCuda`): Liger's kernel for CUDA tensors, the original otherwise, so a CPU model of the same architecture
-   keeps working. It stays until `restore_liger` of any model takes it off (other models keep their Liger norms and
-   MLPs and run the eager RoPE again: the same math, slower).
+   keeps working (and a CUDA one, even with liger_kernel=False, runs Liger's RoPE: the same math). It stays until
+   `restore_liger` of any model takes it off (other models keep their Liger norms and MLPs and run the eager RoPE
+   again).
+4. Only get_peft_model applies it (full fine-tuning without LoRA does not, yet); pickling a model with these swaps
+   keeps the record and `restore_liger` works on the copy (swaps.MISSING is one object through pickle and deepcopy),
+   but an unpickled model runs the eager forwards (pickle rebinds a method by name, before the instance's own
+   attributes are back); `copy.deepcopy` keeps Liger's forwards.
 """
 
 from __future__ import annotations
@@ -59,11 +65,13 @@ def _apply_function(model_type: str):
 
 def why_not(on_cuda: bool, model_type: str | None) -> str | None:
     """Why the kernels do not apply (None: they do); raises ImportError for a liger-kernel outside its range."""
-    if versions.installed(PACKAGE) is None:
-        return f"liger-kernel is not installed ({INSTALL})"
-    versions.check({PACKAGE: versions.EXTRAS_SUPPORTED[PACKAGE]}, "liger_kernel")
+    version = versions.installed(PACKAGE)
+    if version is not None:
+        versions.check({PACKAGE: versions.EXTRAS_SUPPORTED[PACKAGE]}, "liger_kernel")
     if not on_cuda:
         return "the model is not on CUDA (Liger's kernels are Triton: GPU only)"
+    if version is None:
+        return f"liger-kernel is not installed ({INSTALL})"
     if model_type is None or _apply_function(model_type) is None:
         return f"liger-kernel has no kernels for model type {model_type!r}"
     return None
@@ -105,7 +113,10 @@ def apply_liger(model, setting=AUTO):
     reason = why_not(on_cuda(target), model_type)
     if reason is not None:
         if setting is True:
-            raise RuntimeError(f"liger_kernel=True, but {reason}. On a CUDA machine: {INSTALL}.")
+            raise RuntimeError(
+                f"liger_kernel=True, but {reason}. Liger-Kernel needs a model on CUDA and `{INSTALL}`; "
+                "liger_kernel='auto' skips it where it cannot apply."
+            )
         notice(f"Liger-Kernel not applied (liger_kernel='auto'): {reason}.")
         return model
     module = sys.modules[type(target).__module__]
