@@ -11,10 +11,11 @@ Choices, and why:
    function for, nothing changes and one notice says why (once per process). True raises there instead, naming
    `pip install slimrl[gpu]`; False leaves the model alone. An installed liger-kernel outside
    versions.EXTRAS_SUPPORTED raises either way, naming both.
-2. Recording: Liger's functions write module attributes and instance attributes themselves. The modeling module's
-   and every submodule's own attributes are read before and after the call; each one that changed is recorded
-   (swaps.adopt) with the value before it, so `restore` puts back exactly what was there (an added one removed).
-3. Module level: Liger also replaces the modeling module's classes (`Qwen2RMSNorm`, `Qwen2MLP`) and its rotary
+2. Recording: Liger's functions write module attributes and instance attributes themselves. The own attributes of
+   every loaded transformers module and of every submodule of the model are read before and after the call; each
+   one that changed is recorded (swaps.adopt) with the value before it, so `restore` puts back exactly what was
+   there (an added one removed).
+3. Module level: Liger also replaces a modeling module's classes (`Qwen2RMSNorm`, `Qwen2MLP`) and its rotary
    function, which are process-wide. The classes are put back at once (the live model's instances are patched; a
    model built later, maybe on CPU, gets the eager classes). The rotary function becomes a dispatcher
    (`OnCuda`): Liger's kernel for CUDA tensors, the original otherwise, so a CPU model of the same architecture
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
 
 from .. import swaps, versions
 from ..notices import notice
@@ -77,18 +79,23 @@ def why_not(on_cuda: bool, model_type: str | None) -> str | None:
     return None
 
 
-def _snapshot(model, module) -> dict:
-    return {id(obj): (obj, dict(vars(obj))) for obj in (module, *model.modules())}
+def _transformers_modules() -> list:
+    """The loaded modules of transformers (where Liger's functions write module-level names)."""
+    return [m for name, m in list(sys.modules.items()) if name.startswith("transformers.") and m is not None]
 
 
-def _record(before: dict, module) -> None:
+def _snapshot(model) -> dict:
+    return {id(obj): (obj, dict(vars(obj))) for obj in (*_transformers_modules(), *model.modules())}
+
+
+def _record(before: dict) -> None:
     """Record every own attribute that changed since `before` (module-level classes put back at once)."""
     for obj, old in before.values():
         for name, value in list(vars(obj).items()):
             original = old.get(name, swaps.MISSING)
             if name == SWAPS_ATTR or original is value:
                 continue
-            if obj is not module:
+            if not isinstance(obj, types.ModuleType):
                 swaps.adopt(obj, name, original, WHY)
                 continue
             swaps.adopt(obj, name, original, _RESTORED_WHY)
@@ -119,10 +126,9 @@ def apply_liger(model, setting=AUTO):
             )
         notice(f"Liger-Kernel not applied (liger_kernel='auto'): {reason}.")
         return model
-    module = sys.modules[type(target).__module__]
-    before = _snapshot(target, module)
+    before = _snapshot(target)
     _apply_function(model_type)(model=target, **LIGER_ARGS)
-    _record(before, module)
+    _record(before)
     return model
 
 
@@ -133,10 +139,10 @@ def restore_liger(model):
         for name in list(swaps.swapped(obj)):
             while swaps.latest_why(obj, name) == WHY:
                 swaps.restore(obj, name)
-    module = sys.modules.get(type(target).__module__)
-    for name in list(swaps.swapped(module)) if module is not None else ():
-        while swaps.latest_why(module, name) == ROPE_WHY:
-            swaps.restore(module, name)
+    for module in _transformers_modules():
+        for name in list(swaps.swapped(module)):
+            while swaps.latest_why(module, name) == ROPE_WHY:
+                swaps.restore(module, name)
     return model
 
 
