@@ -4,15 +4,17 @@
 #
 # The GPU image (python 3.12, torch 2.11 cu130, transformers 5.17, peft, accelerate, triton, pytest, pyarrow, pandas,
 # xxhash, fsspec, huggingface-hub 1.33, psutil, pyyaml) lacks: trl, datasets and datasets' dill and multiprocess, and
-# bitsandbytes (the 4-bit QLoRA test; its wheel holds libbitsandbytes_cuda130.so). gguf and matplotlib are not needed
-# by the GPU tier. Versions are pinned to what the CPU suite runs here; one version of each (two stop the install).
+# bitsandbytes (the 4-bit QLoRA test; its wheel holds libbitsandbytes_cuda130.so), and liger-kernel (the `gpu` extra:
+# tests/gpu/test_gpu_liger.py; a pure-Python wheel, its torch and triton are the image's). gguf and matplotlib are not
+# needed by the GPU tier. Versions are pinned to what the CPU suite runs here; one version of each (two stop the install).
 # The total is checked against WHEEL_BUDGET_MIB (default 50), to keep the folder small enough to copy along.
 # EXTRA_WHEELS adds pins, e.g. to run the tier on the transformers the CPU suite uses (13 MiB more):
 #   EXTRA_WHEELS="transformers==5.23.0" WHEEL_BUDGET_MIB=60 bash scripts/gpu_wheels.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-WHEELS=(trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 bitsandbytes==0.50.2 ${EXTRA_WHEELS:-})
+WHEELS=(trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 bitsandbytes==0.50.2 liger-kernel==0.8.5
+    ${EXTRA_WHEELS:-})
 BUDGET_MIB="${WHEEL_BUDGET_MIB:-50}"
 PLATFORMS=()
 for tag in manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux1; do

@@ -15,6 +15,7 @@ export CUBLAS_WORKSPACE_CONFIG="${CUBLAS_WORKSPACE_CONFIG:-:4096:8}"  # determin
 
 "$PYTHON" - <<'EOF'
 import importlib
+import importlib.metadata
 import os
 import sys
 
@@ -29,6 +30,11 @@ for name in needed:
         versions[name] = getattr(importlib.import_module(name), "__version__", "?")
     except Exception as exc:  # noqa: BLE001 - report every missing piece at once
         missing.append(f"{name} ({type(exc).__name__}: {exc})")
+try:  # optional (the `gpu` extra): without it tests/gpu/test_gpu_liger.py skips
+    importlib.import_module("liger_kernel")
+    versions["liger-kernel"] = importlib.metadata.version("liger-kernel")
+except Exception as exc:  # noqa: BLE001
+    versions["liger-kernel"] = f"absent ({type(exc).__name__}: its tests skip)"
 print("python", sys.version.split()[0], "|", " ".join(f"{k} {v}" for k, v in versions.items()))
 if missing:
     sys.exit("missing: " + "; ".join(missing) + " (run scripts/gpu_wheels.sh where pip works, copy .whl/ here)")

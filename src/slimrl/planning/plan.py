@@ -78,4 +78,12 @@ def plan(
         device=device,
         **config_fields,
     )
-    return build_plan(shape, run, *_device_bytes(device, device_memory_gb))
+    result = build_plan(shape, run, *_device_bytes(device, device_memory_gb))
+    result.notes.append(_liger_line(device, shape.model_type))
+    return result
+
+
+def _liger_line(device: str, model_type: str) -> str:
+    from ..models.liger import plan_line
+
+    return plan_line(device, model_type) + " (with liger_kernel='auto'; the plan counts the eager kernels' memory)"
