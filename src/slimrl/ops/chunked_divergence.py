@@ -32,12 +32,13 @@ from typing import NamedTuple
 import torch
 
 from .chunking import AUTO_CHUNKS, chunk_bounds, resolve_num_chunks
-from .divergences import divergence_for, rowdot
+from .divergences import divergence_for
 from .lean_logprob import (
     ChunkProjector,
     accumulate_grads,
     chain_transform_,
     grads_out,
+    rowdot,
     transform_keeping_tanh_,
     transform_logits_,
 )

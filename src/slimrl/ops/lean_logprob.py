@@ -24,7 +24,6 @@ from __future__ import annotations
 import torch
 
 from .chunking import chunk_bounds
-from .divergences import rowdot
 
 OPTIONAL_OUTPUTS = ("entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
 
@@ -88,6 +87,11 @@ class ChunkProjector:
     def __iter__(self):
         for start, end in self.bounds:
             yield start, end, self.project(start, end)
+
+
+def rowdot(a, b):
+    """sum(a * b, -1) per row without a product tile (a batched 1xV @ Vx1 GEMV)."""
+    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
 
 
 def _allocate_outputs(n: int, device, outputs) -> dict:
