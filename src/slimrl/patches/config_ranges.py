@@ -191,6 +191,13 @@ def rules_for(config_cls) -> dict[str, Rule]:
     return decided
 
 
+def config_rules(config=None) -> tuple[Rule, ...]:
+    """`slimrl.config_rules()`: every range rule; with a config (class or instance), the rules deciding its fields."""
+    if config is None:
+        return RULES
+    return tuple(rules_for(config if isinstance(config, type) else type(config)).values())
+
+
 def check_ranges(args) -> None:
     """Raise ValueError for the first numeric field of config `args` outside its range (field, value, range, why)."""
     for field, rule in rules_for(type(args)).items():
