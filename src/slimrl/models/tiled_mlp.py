@@ -38,6 +38,8 @@ from .. import swaps
 from ..state import model_state, transformers_model
 
 AUTO = "auto"
+TILED_MLP_FIELD = "slimrl_tiled_mlp"  # the GRPO/RLOO config field the patched trainers pass to tile_mlp
+TILED_MLP_DEFAULT = AUTO
 AUTO_TILE_BYTES = 4 * 1024**3
 MLP_TRANSIENT_TENSORS = 4
 MARK = "__slimrl_tiled_mlp__"
@@ -49,7 +51,7 @@ def validate_tiled_mlp(value):
         return value
     if isinstance(value, int) and value >= 1:
         return value
-    raise ValueError(f"slimrl_tiled_mlp must be 'auto', True, False or a positive number of tokens, got {value!r}.")
+    raise ValueError(f"{TILED_MLP_FIELD} must be 'auto', True, False or a positive number of tokens, got {value!r}.")
 
 
 def auto_threshold_tokens(intermediate: int, activation_bytes: int) -> int:

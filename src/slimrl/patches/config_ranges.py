@@ -10,8 +10,8 @@ The table: one `Rule` per field; `configs` limits a rule to the config classes w
 name means different things in different trainers: GRPO's `beta` weighs a KL penalty, DPO's is an inverse
 temperature). The first rule that applies to a config's field decides. Fields a validator elsewhere owns are not
 repeated here: `slimrl_num_chunks` (ops/chunking.py), `slimrl_max_memory_gb` (training/budget.py), the long-context
-fields `slimrl_rows_per_group` / `slimrl_tiled_mlp` (patches/row_groups_rules.py), and the batch geometry
-(validation.py), which needs several fields at once.
+fields `slimrl_rows_per_group` (ops/row_groups.py) / `slimrl_tiled_mlp` (models/tiled_mlp.py), and the batch
+geometry (validation.py), which needs several fields at once.
 """
 
 from __future__ import annotations
