@@ -116,8 +116,8 @@ def _tiled_forward(state: TiledMLPState):
         if shard is not None and _has_sharded_parameters(self):
             if state.setting != AUTO:
                 raise ValueError(
-                    f"slimrl_tiled_mlp={state.setting!r}: the tiled MLP is not verified with parameters sharded by "
-                    "DeepSpeed ZeRO-3 or FSDP2; use slimrl_tiled_mlp='auto' (it leaves them untiled) or False."
+                    f"{TILED_MLP_FIELD}={state.setting!r}: the tiled MLP is not verified with parameters sharded by "
+                    f"DeepSpeed ZeRO-3 or FSDP2; use {TILED_MLP_FIELD}='auto' (it leaves them untiled) or False."
                 )
             shard = None
         if shard is None:
