@@ -33,9 +33,10 @@ def _lever_fields(row: dict) -> dict:
         return {k: v for k, v in row.get("settings", {}).items() if k.startswith("slimrl_")}
     if not levers.available():
         return {}
-    from slimrl.patches import row_groups_rules as rules
+    from slimrl.models.tiled_mlp import TILED_MLP_FIELD
+    from slimrl.ops.row_groups import ROWS_FIELD
 
-    return {rules.ROWS_FIELD: False, rules.TILED_MLP_FIELD: False}
+    return {ROWS_FIELD: False, TILED_MLP_FIELD: False}
 
 
 def _checkpointing(row: dict):

@@ -2,7 +2,8 @@
 
 1. No cycle among src/slimrl's modules, counting function-level imports too (a cycle dodged by importing inside a
    function is still a cycle). An edge is an import of a slimrl module by name (parent packages not counted: their
-   `__init__` files import nothing eagerly).
+   `__init__` files import nothing eagerly). Nor among its folders (patches/, ops/, planning/, ...; a module at the
+   package root is a node of its own): a folder that imports a folder which imports it back is one room, not two.
 2. Every algorithm module is a plain `PATCHES` list of `Patch` objects, each in `registry.ALGORITHMS`; importing the
    registry imports no TRL.
 3. Private state on models and configs lives in slimrl.state (one `_slimrl` attribute): no module writes another
@@ -89,6 +90,43 @@ def test_no_import_cycle_among_slimrl_modules():
 def test_cycle_detection_has_teeth():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def folder_graph(graph: dict[str, set[str]], folders: set[str]) -> dict[str, set[str]]:
+    """The module graph with each module replaced by its folder under slimrl (slimrl.ops.chunking -> "ops"; a module
+    at the package root stays itself); edges inside one folder dropped."""
+
+    def node(module: str) -> str:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 and parts[1] in folders else module
+
+    folded: dict[str, set[str]] = {}
+    for source, targets in graph.items():
+        for target in targets:
+            folded.setdefault(node(target), set())
+        folded.setdefault(node(source), set()).update(node(t) for t in targets if node(t) != node(source))
+    return folded
+
+
+def test_no_import_cycle_among_folders():
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    graph = folder_graph(import_graph(), folders)
+    assert {"patches", "planning", "training", "ops", "models"} <= folders and "ops" in graph["patches"], graph
+    assert find_cycle(graph) is None, f"folder import cycle: {' -> '.join(find_cycle(graph))}"
+
+
+def test_folder_cycle_detection_has_teeth():
+    modules = {
+        "slimrl.patches.row_groups": {"slimrl.patches.row_groups_rules", "slimrl.training.budget", "slimrl.state"},
+        "slimrl.training.budget": {"slimrl.planning.plan"},
+        "slimrl.planning.plan": {"slimrl.planning.levers", "slimrl.ops.row_groups"},
+        "slimrl.planning.levers": {"slimrl.patches.row_groups_rules"},  # the planted upward arrow
+    }
+    folders = {"patches", "training", "planning", "ops"}
+    assert find_cycle(folder_graph(modules, folders)) == ["patches", "training", "planning", "patches"]
+    modules["slimrl.planning.levers"] = {"slimrl.ops.row_groups"}
+    assert find_cycle(folder_graph(modules, folders)) is None
+    assert folder_graph(modules, folders)["patches"] == {"training", "slimrl.state"}
 
 
 def test_every_algorithm_module_is_a_declarative_list():

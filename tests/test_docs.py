@@ -1,8 +1,11 @@
 """The docs pages: every Python block runs (tests/_doc_blocks.py says how and where), every mark is one the tests
-know, and the site builds with `mkdocs build --strict` (a broken link, a missing page or a bad anchor fails)."""
+know, the site builds with `mkdocs build --strict` (a broken link, a missing page or a bad anchor fails), and no page
+tells users to reach into slimrl's internals (slimrl.patches, slimrl.models: a name users import is a public one, so
+moving a module breaks no user)."""
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 
@@ -37,6 +40,42 @@ def test_an_unknown_mark_fails_and_a_known_one_is_read():
     assert runs_here("# not run: needs a Hub account\nprint(1)\n") is False
     assert runs_here("# needs: hub\nprint(1)\n") is False
     assert runs_here("from slimrl import FastLanguageModel\n") is True
+
+
+MAP_PAGE = "architecture.md"  # the map of slimrl's modules: naming them is its job
+INTERNAL_NAME = re.compile(r"\bslimrl\.patches\.\w*")
+FENCED = re.compile(r"^```[^\n]*\n(.*?)^```$", re.S | re.M)
+INTERNAL_IMPORT = re.compile(r"^\s*(?:from|import)\s+slimrl\.(?:patches|models)\b", re.M)
+
+
+def internal_references(text: str) -> list[str]:
+    """Each place a page's text names a slimrl.patches name, or a code block imports from slimrl.patches/models."""
+    found = [f"names {m.group(0)}" for m in INTERNAL_NAME.finditer(text)]
+    for block in FENCED.findall(text):
+        found += [f"imports: {line.strip()}" for line in block.splitlines() if INTERNAL_IMPORT.match(line)]
+    return found
+
+
+PUBLIC_PAGES = [page for page in [README, *docs_pages()] if page.name != MAP_PAGE]
+
+
+@pytest.mark.parametrize("page", PUBLIC_PAGES, ids=_ids(PUBLIC_PAGES))
+def test_no_page_sends_users_to_internals(page):
+    assert internal_references(page.read_text()) == []
+
+
+def test_the_internals_check_flags_a_planted_page():
+    page = (
+        "Read `slimrl.patches.registry`.\n\n```python\nfrom slimrl.models.tiled_mlp import tiled_mlp_state\n"
+        "import slimrl.patches.row_groups as rg\nimport slimrl\nslimrl.describe(trainer).counters\n```\n"
+    )
+    assert internal_references(page) == [
+        "names slimrl.patches.registry",
+        "names slimrl.patches.row_groups",
+        "imports: from slimrl.models.tiled_mlp import tiled_mlp_state",
+        "imports: import slimrl.patches.row_groups as rg",
+    ]
+    assert internal_references("`slimrl.describe(trainer).counters`, src/slimrl/patches/registry.py") == []
 
 
 def _skip_if_none_ran(page, ran: int) -> None:

@@ -25,7 +25,13 @@ __all__ = [
     "SafeInterrupt",
     "plan",
     "describe",
+    "config_rules",
     "base_as_teacher",
+    "apply_checkpointing",
+    "checkpointing_mode",
+    "configure_offload",
+    "restore_lora",
+    "embedded_model_path",
     "__version__",
     # the other names Unsloth's notebooks import (docs/unsloth-names.md)
     "FastModel",
@@ -40,6 +46,19 @@ __all__ = [
 _UNSLOTH_MODEL_NAMES = ("FastModel", "FastVisionModel")
 _UNSLOTH_SHORTCUTS = ("PatchDPOTrainer", "PatchKTOTrainer", "is_bfloat16_supported")
 _SANDBOX_NAMES = ("check_python_modules", "create_locked_down_function", "execute_with_time_limit")
+# the other public names -> the module that owns each (imported on first use)
+_HOMES = {
+    "describe": ".description",
+    "config_rules": ".patches.config_ranges",  # the range of every numeric config field slimrl checks (no TRL)
+    "SafeInterrupt": ".training.interrupt",
+    "plan": ".planning",
+    "base_as_teacher": ".models.teacher",  # a LoRA student's base, adapter disabled, as its distillation teacher
+    "apply_checkpointing": ".models.checkpointing",  # a model's checkpointing mode, changed after loading
+    "checkpointing_mode": ".models.checkpointing",
+    "configure_offload": ".models.checkpointing",  # the activation offloader's settings
+    "restore_lora": ".models.lora_speed",  # PEFT's own LoRA forward again (fused_lora, skip_lora_input_casts off)
+    "embedded_model_path": ".models.embedded",  # the embedded model's safetensors folder (converted on first use)
+}
 
 
 _VERSIONS_CHECKED = _ProcessValue("versions_checked", False, "the library versions checked at the API's first use")
@@ -95,20 +114,8 @@ def __getattr__(name):
         from . import sandbox
 
         return getattr(sandbox, name)
-    if name == "describe":
-        from .description import describe
+    if name in _HOMES:
+        from importlib import import_module
 
-        return describe
-    if name == "SafeInterrupt":
-        from .training.interrupt import SafeInterrupt
-
-        return SafeInterrupt
-    if name == "plan":
-        from .planning import plan
-
-        return plan
-    if name == "base_as_teacher":  # a LoRA student's base, adapter disabled, as its distillation teacher
-        from .models.teacher import base_as_teacher
-
-        return base_as_teacher
+        return getattr(import_module(_HOMES[name], __name__), name)
     raise AttributeError(f"module 'slimrl' has no attribute {name!r}")

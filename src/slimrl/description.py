@@ -7,13 +7,18 @@ model under it, where FastLanguageModel's changes live (the swaps on its submodu
 submodules"); a trainer with its config and models. The functions of Python modules slimrl swapped (Liger-Kernel's
 RoPE dispatcher, process-wide) and the module-level values slimrl has set at run time (slimrl.swaps.run_values: the
 import hook, a bound trainer config, ...) come last.
+
+`counters` says what the memory levers did, read from the slimrl state (slimrl.state) of the object described: on a
+trainer, `row_groups`, `padding_free` and `shared_prefix` (its TrainerState) and `tiled_mlp` and `activation_offload`
+(its model's ModelState); on a model, the last two. Each is a plain dict of the lever's counts, or None while the
+lever has not run on that object; the dict is a copy, taken when `describe` was called.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
-from .state import transformers_model
+from .state import model_state, trainer_state, transformers_model
 from .swaps import run_values, swapped, swapped_modules
 
 
@@ -25,11 +30,13 @@ class Description:
     class_level: dict = field(default_factory=dict)
     instance_level: dict = field(default_factory=dict)
     parts: list = field(default_factory=list)  # Descriptions of the objects it holds (a trainer's config, models)
+    counters: dict = field(default_factory=dict)  # lever name -> its counts (a plain dict) or None (module docstring)
 
     def __str__(self) -> str:
         lines = [f"{self.name}:"]
         lines += [f"  class    {name}: {why}" for name, why in self.class_level.items()]
         lines += [f"  instance {name}: {why}" for name, why in self.instance_level.items()]
+        lines += [f"  counter  {name}: {values}" for name, values in self.counters.items() if values is not None]
         if len(lines) == 1:
             lines.append("  nothing changed by slimrl")
         return "\n".join(lines + [str(part) for part in self.parts])
@@ -42,6 +49,33 @@ def _submodule_swaps(model) -> dict:
         for name, why in swapped(module).items() if path else ():
             counts[name, why] = counts.get((name, why), 0) + 1
     return {f"{name} on {count} submodule{'s' * (count > 1)}": why for (name, why), count in counts.items()}
+
+
+def _snapshot(stats) -> dict | None:
+    """A lever's counter object as a plain dict (a Counter as a dict, a list of swapped modules as its length)."""
+    if stats is None:
+        return None
+    values = {f.name: getattr(stats, f.name) for f in fields(stats)}
+    return {k: len(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v for k, v in values.items()}
+
+
+def _model_counters(model) -> dict:
+    if not hasattr(model, "named_modules"):  # a config, a tokenizer: no lever runs on it
+        return {}
+    state = model_state(model, create=False)
+    tiled, offload = (None, None) if state is None else (state.tiled_mlp, state.offload_stats)
+    return {"tiled_mlp": _snapshot(tiled), "activation_offload": _snapshot(offload)}
+
+
+def _trainer_counters(trainer) -> dict:
+    state = trainer_state(trainer, create=False)
+    names = {
+        "row_groups": "row_group_stats",
+        "padding_free": "padding_free_stats",
+        "shared_prefix": "shared_prefix_stats",
+    }
+    counters = {name: _snapshot(None if state is None else getattr(state, key)) for name, key in names.items()}
+    return counters | _model_counters(getattr(trainer, "model", None))
 
 
 def _one(obj, label: str) -> Description:
@@ -58,7 +92,9 @@ def _one(obj, label: str) -> Description:
 def describe(obj) -> Description:
     """What slimrl changed on `obj`; `print(slimrl.describe(trainer))` lists it, the trainer's config and models too."""
     description = _one(obj, "object")
-    if hasattr(obj, "accelerator") and hasattr(obj, "args"):  # a trainer
+    is_trainer = hasattr(obj, "accelerator") and hasattr(obj, "args")
+    description.counters = _trainer_counters(obj) if is_trainer else _model_counters(obj)
+    if is_trainer:
         for attribute in ("args", "model", "ref_model", "processing_class"):
             if getattr(obj, attribute, None) is not None:
                 description.parts.append(_one(getattr(obj, attribute), attribute))

@@ -13,7 +13,7 @@ import os
 
 from .fast_language_model import FastLanguageModel
 from .models import adapters, checkpointing, embedded, layer_selection, vision
-from .models.loading import _TOKENIZER_KWARGS  # the from_pretrained keywords that also concern config files
+from .models.loading import TOKENIZER_KWARGS  # the from_pretrained keywords that also concern config files
 
 
 def multimodal_part(config) -> str | None:
@@ -35,7 +35,7 @@ def _multimodal_config(model_name, kwargs: dict):
     from transformers import AutoConfig
 
     try:
-        config = AutoConfig.from_pretrained(name, **{k: kwargs[k] for k in _TOKENIZER_KWARGS if k in kwargs})
+        config = AutoConfig.from_pretrained(name, **{k: kwargs[k] for k in TOKENIZER_KWARGS if k in kwargs})
     except (OSError, ValueError, KeyError):
         return None  # the loader says what is wrong with this source
     return config if multimodal_part(config) is not None else None

@@ -88,7 +88,7 @@ def _graph_reaches(tensor, params) -> set:
 
 def test_forward_outputs_reach_the_weights_the_statistics_use():
     """DDP(find_unused_parameters=True) marks as unused every parameter the forward's outputs do not reach; the lean
-    head's statistics leave through its box, so the returned logits must carry them (_GraphCarrier)."""
+    head's statistics leave through its box, so the returned logits must carry them (GraphCarrier)."""
     from peft import LoraConfig, get_peft_model
 
     from slimrl.ops.chunked_preference import lean_head_or_reason, lean_policy_forward

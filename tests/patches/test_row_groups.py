@@ -16,7 +16,8 @@ import logging
 import pytest
 import torch
 
-from slimrl.models.tiled_mlp import tiled_mlp_state
+from slimrl.models.tiled_mlp import TILED_MLP_FIELD, tiled_mlp_state
+from slimrl.ops.row_groups import ROWS_FIELD
 from slimrl.patches import padding_free as PF
 from slimrl.patches import row_groups as RG
 from slimrl.patches import row_groups_rules as rules
@@ -49,7 +50,7 @@ def _assert_trimmed(trainer):
 def test_grpo_loss_types_one_row_per_group(tmp_path, unpatched, saved_model, loss_type):
     """Each row its own group (its own graph and backward) and its own padding-free forward."""
     config = R.loss_type_config(loss_type, sequence_level=("luspo", "grpo"))
-    trainers, traces = _run("grpo", tmp_path, "memory", saved_model, config, True, {rules.ROWS_FIELD: 1})
+    trainers, traces = _run("grpo", tmp_path, "memory", saved_model, config, True, {ROWS_FIELD: 1})
     stats = _assert_grouped(trainers.patched)
     assert stats.groups == 4 * stats.grouped_steps and stats.grouped_passes >= 2  # old-policy and reference passes
     assert all("old_per_token_logps" in x and "ref_per_token_logps" in x for x in traces.stock.inputs)
@@ -63,7 +64,7 @@ TARGETED = {
         False,
         None,
         dict(loss_type="dapo", beta=0.04, steps_per_generation=2, per_device_train_batch_size=3, num_generations=3),
-        {rules.ROWS_FIELD: 2, rules.TILED_MLP_FIELD: 3},
+        {ROWS_FIELD: 2, TILED_MLP_FIELD: 3},
     ),
     # entropy bonus through TRL's adaptive controller, accumulation with shuffled micro-batches, reuse
     "lora-adaptive-entropy-ga2-iters2-rows1": (
@@ -82,7 +83,7 @@ TARGETED = {
             num_generations=3,
             max_completion_length=5,
         ),
-        {rules.ROWS_FIELD: 1},
+        {ROWS_FIELD: 1},
     ),
     # user-wrapped PeftModel ("ref" adapter), checkpointing, tiled MLP in the recompute, shared prefixes per group
     "peftmodel-checkpointing-tiled-shared-rows2": (
@@ -90,7 +91,7 @@ TARGETED = {
         False,
         True,
         dict(loss_type="bnpo", beta=0.04, num_iterations=2, per_device_train_batch_size=4, num_generations=4),
-        {rules.ROWS_FIELD: 2, rules.TILED_MLP_FIELD: 2, SP.CONFIG_FIELD: True},
+        {ROWS_FIELD: 2, TILED_MLP_FIELD: 2, SP.CONFIG_FIELD: True},
     ),
     # full fine-tuning, offloaded checkpointing, sequence ratios, two-sided clip, temperature, truncation masked
     "full-offload-seq-delta-masktrunc-rows3": (
@@ -108,7 +109,7 @@ TARGETED = {
             num_generations=3,
             max_completion_length=6,
         ),
-        {rules.ROWS_FIELD: 3, rules.TILED_MLP_FIELD: 4},
+        {ROWS_FIELD: 3, TILED_MLP_FIELD: 4},
     ),
     # CISPO without checkpointing, tiled MLP in the plain forward (LoRA on gate_proj), padding-free off
     "lora-cispo-tiled-no-padding-free": (
@@ -116,7 +117,7 @@ TARGETED = {
         True,
         None,
         dict(loss_type="cispo", epsilon_high=3.0, num_iterations=2, per_device_train_batch_size=4, num_generations=2),
-        {rules.ROWS_FIELD: 1, rules.TILED_MLP_FIELD: 2, rules.PADDING_FREE_FIELD: False},
+        {ROWS_FIELD: 1, TILED_MLP_FIELD: 2, rules.PADDING_FREE_FIELD: False},
     ),
 }
 
@@ -133,7 +134,7 @@ def test_grpo_targeted(tmp_path, unpatched, saved_model, case):
     kind, lora, checkpointing, config, patched = TARGETED[case]
     trainers, _ = _run("grpo", tmp_path, kind, saved_model, config, lora, patched, checkpointing)
     _assert_grouped(trainers.patched)
-    if patched.get(rules.TILED_MLP_FIELD):
+    if patched.get(TILED_MLP_FIELD):
         state = tiled_mlp_state(trainers.patched.model)
         assert state.tiled_calls > 0 and state.sharded_calls > 0, state
         if kind == "saved":
@@ -159,16 +160,16 @@ RLOO_CASES = {
 @pytest.mark.parametrize("case", _cases(RLOO_CASES))
 def test_rloo(tmp_path, unpatched, saved_model, case):
     lora, config, extra = RLOO_CASES[case]
-    patched = {rules.ROWS_FIELD: 1 if "rows1" in case else 2, **extra}
+    patched = {ROWS_FIELD: 1 if "rows1" in case else 2, **extra}
     if "tiled" in patched:
-        patched[rules.TILED_MLP_FIELD] = patched.pop("tiled")
+        patched[TILED_MLP_FIELD] = patched.pop("tiled")
     trainers, _ = _run("rloo", tmp_path, "memory", saved_model, config, lora, patched)
     _assert_grouped(trainers.patched)
 
 
 def _control_run(tmp_path, saved_model):
     config = dict(loss_type="grpo", beta=0.04, num_iterations=2, per_device_train_batch_size=4, num_generations=2)
-    return _run("grpo", tmp_path, "memory", saved_model, config, True, {rules.ROWS_FIELD: 2})
+    return _run("grpo", tmp_path, "memory", saved_model, config, True, {ROWS_FIELD: 2})
 
 
 def test_control_forgotten_rows_fail_parity(tmp_path, unpatched, saved_model, monkeypatch):
@@ -207,7 +208,7 @@ def test_fallbacks_keep_stock_numbers_and_say_why(tmp_path, unpatched, saved_mod
     monkeypatch.setattr(rg, "AUTO_GROUP_TOKENS", 12)  # "auto" would group these tiny rows
     config = dict(top_entropy_quantile=0.5, num_iterations=2, per_device_train_batch_size=4, num_generations=2)
     with caplog.at_level(logging.INFO, logger="slimrl"):
-        trainers, _ = _run("grpo", tmp_path, "memory", saved_model, config, True, {rules.ROWS_FIELD: 1})
+        trainers, _ = _run("grpo", tmp_path, "memory", saved_model, config, True, {ROWS_FIELD: 1})
         stats = RG.row_group_stats(trainers.patched)
         assert stats.grouped_steps == 0 and stats.reasons
         dropout = dict(beta=0.0, disable_dropout=False, num_iterations=2, per_device_train_batch_size=4)
@@ -228,7 +229,7 @@ def test_subclass_with_its_own_loss_is_scored_at_once(tmp_path, unpatched, caplo
             return super()._compute_loss(model, inputs) * 2
 
     with P.patched_state("grpo"), caplog.at_level(logging.INFO, logger="slimrl"):
-        args = R.make_config("grpo", str(tmp_path), **{rules.ROWS_FIELD: 1})
+        args = R.make_config("grpo", str(tmp_path), **{ROWS_FIELD: 1})
         trainer = OwnLoss(
             model=T.tiny_model(0),
             reward_funcs=R.reward_ids,
@@ -247,7 +248,7 @@ def test_subclass_with_its_own_loss_is_scored_at_once(tmp_path, unpatched, caplo
 
 def test_second_logprob_call_inside_a_group_is_refused(tmp_path, unpatched):
     with P.patched_state("grpo"):
-        args = R.make_config("grpo", str(tmp_path), **{rules.ROWS_FIELD: 1})
+        args = R.make_config("grpo", str(tmp_path), **{ROWS_FIELD: 1})
         trainer = R.build_trainer("grpo", T.tiny_model(0), args, T.lora_config())
         ids = torch.randint(3, T.VOCAB, (2, 9))
         mask = torch.ones_like(ids)
@@ -255,7 +256,7 @@ def test_second_logprob_call_inside_a_group_is_refused(tmp_path, unpatched):
         state.row_selection = RG.RowSelection(2, None)
         state.row_selection.select(torch.tensor([0]))
         trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 4)
-        with pytest.raises(RuntimeError, match=rules.ROWS_FIELD):
+        with pytest.raises(RuntimeError, match=ROWS_FIELD):
             trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 4)
         state.row_selection = None
 
@@ -264,11 +265,11 @@ def test_config_fields(tmp_path, unpatched):
     with P.patched_state("grpo"):
         args = R.make_config("grpo", str(tmp_path))
         assert (args.slimrl_rows_per_group, args.slimrl_padding_free, args.slimrl_tiled_mlp) == ("auto",) * 3
-        for field, bad in ((rules.ROWS_FIELD, 0), (rules.ROWS_FIELD, True), (rules.PADDING_FREE_FIELD, "yes")):
+        for field, bad in ((ROWS_FIELD, 0), (ROWS_FIELD, True), (rules.PADDING_FREE_FIELD, "yes")):
             with pytest.raises(ValueError, match=field):
                 R.make_config("grpo", str(tmp_path), **{field: bad})
-        with pytest.raises(ValueError, match=rules.TILED_MLP_FIELD):
-            R.make_config("grpo", str(tmp_path), **{rules.TILED_MLP_FIELD: -1})
+        with pytest.raises(ValueError, match=TILED_MLP_FIELD):
+            R.make_config("grpo", str(tmp_path), **{TILED_MLP_FIELD: -1})
     with P.patched_state("rloo"):
         args = R.make_config("rloo", str(tmp_path), slimrl_rows_per_group=False, slimrl_tiled_mlp=64)
         assert args.slimrl_rows_per_group is False and args.slimrl_tiled_mlp == 64

@@ -15,7 +15,8 @@ from slimrl.planning.shapes import model_shape
 from slimrl.testing import tiny_llama_config
 
 needs_levers = pytest.mark.skipif(
-    not levers.available(), reason="this slimrl has no row groups or tiled MLP (slimrl.patches.row_groups_rules)"
+    not levers.available(),
+    reason="this slimrl has no row groups or tiled MLP (slimrl.ops.row_groups, slimrl.models.tiled_mlp)",
 )
 QWEN_7B = dict(
     vocab_size=152064,

@@ -14,7 +14,7 @@ config reads like FastLanguageModel's.
 from __future__ import annotations
 
 from ..notices import notice
-from .lora import _is_linear, decoder_layers
+from .lora import decoder_layers, is_linear
 
 ATTENTION_TAGS = ("self_attn", "attention", "attn", "mixer")
 MLP_TAGS = ("mlp", "feed_forward", "ffn", "dense", "mixer")
@@ -28,7 +28,7 @@ def _block_linears(model) -> dict[str, str]:
         if id(block) not in block_names:
             continue
         for name, module in block.named_modules():
-            if name and _is_linear(module) and not name.endswith("lm_head"):
+            if name and is_linear(module) and not name.endswith("lm_head"):
                 found[f"{block_name}.{name}"] = name
     return found
 

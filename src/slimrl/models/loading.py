@@ -56,7 +56,7 @@ _DTYPE_NAMES = {
     "float": torch.float32,
 }
 # from_pretrained keywords that also concern the tokenizer
-_TOKENIZER_KWARGS = ("trust_remote_code", "revision", "token", "cache_dir", "local_files_only", "subfolder")
+TOKENIZER_KWARGS = ("trust_remote_code", "revision", "token", "cache_dir", "local_files_only", "subfolder")
 # Unsloth keywords that have no meaning here: accepted, warned about, dropped
 _IGNORED_UNSLOTH_KWARGS = (
     "fix_tokenizer",
@@ -119,7 +119,7 @@ def choose_dtype(dtype, device_type: str, cpu_flags: set[str] | None = None) -> 
     return torch.float32, "CPU has no AMX/AVX512-BF16, bfloat16 would be emulated (slow)"
 
 
-def _target_device_type(kwargs: dict) -> str:
+def target_device_type(kwargs: dict) -> str:
     device_map = kwargs.get("device_map")
     if device_map in ("cpu", torch.device("cpu")) or device_map == {"": "cpu"}:
         return "cpu"
@@ -208,7 +208,7 @@ def _from_pretrained(
             kwargs.setdefault("device_map", "cpu")
     elif "gguf_file" in kwargs:
         kwargs.setdefault("quantization_config", GgufConfig(dequantize=True))
-    tokenizer_kwargs = {k: kwargs[k] for k in (*_TOKENIZER_KWARGS, "gguf_file") if k in kwargs}
+    tokenizer_kwargs = {k: kwargs[k] for k in (*TOKENIZER_KWARGS, "gguf_file") if k in kwargs}
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **tokenizer_kwargs)
     except OSError as exc:
@@ -267,7 +267,7 @@ def load_model_and_tokenizer(
     hf_kwargs, options = split_kwargs(kwargs)
     if options.get("full_finetuning") and load_in_4bit:
         raise ValueError("full_finetuning=True and load_in_4bit=True: a 4-bit base cannot be fully fine-tuned.")
-    device_type = _target_device_type(hf_kwargs)
+    device_type = target_device_type(hf_kwargs)
     chosen, reason = choose_dtype(dtype, device_type)
     logger.info(
         "slimrl: loading %s in %s (%s)%s",

@@ -44,7 +44,7 @@ def decoder_layers(model) -> list[nn.Module]:
     return list(max(lists, key=len)) if lists else []
 
 
-def _is_linear(module: nn.Module) -> bool:
+def is_linear(module: nn.Module) -> bool:
     if isinstance(module, nn.Linear):  # bitsandbytes Linear4bit is a subclass
         return True
     try:
@@ -59,7 +59,7 @@ def default_target_modules(model) -> list[str]:
     names = set()
     for layer in decoder_layers(model):
         for name, module in layer.named_modules():
-            if name and _is_linear(module):
+            if name and is_linear(module):
                 names.add(name.rsplit(".", 1)[-1])
     names.discard("lm_head")
     if not names:

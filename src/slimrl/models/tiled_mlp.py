@@ -38,6 +38,8 @@ from .. import swaps
 from ..state import model_state, transformers_model
 
 AUTO = "auto"
+TILED_MLP_FIELD = "slimrl_tiled_mlp"  # the GRPO/RLOO config field the patched trainers pass to tile_mlp
+TILED_MLP_DEFAULT = AUTO
 AUTO_TILE_BYTES = 4 * 1024**3
 MLP_TRANSIENT_TENSORS = 4
 MARK = "__slimrl_tiled_mlp__"
@@ -49,7 +51,7 @@ def validate_tiled_mlp(value):
         return value
     if isinstance(value, int) and value >= 1:
         return value
-    raise ValueError(f"slimrl_tiled_mlp must be 'auto', True, False or a positive number of tokens, got {value!r}.")
+    raise ValueError(f"{TILED_MLP_FIELD} must be 'auto', True, False or a positive number of tokens, got {value!r}.")
 
 
 def auto_threshold_tokens(intermediate: int, activation_bytes: int) -> int:
@@ -114,8 +116,8 @@ def _tiled_forward(state: TiledMLPState):
         if shard is not None and _has_sharded_parameters(self):
             if state.setting != AUTO:
                 raise ValueError(
-                    f"slimrl_tiled_mlp={state.setting!r}: the tiled MLP is not verified with parameters sharded by "
-                    "DeepSpeed ZeRO-3 or FSDP2; use slimrl_tiled_mlp='auto' (it leaves them untiled) or False."
+                    f"{TILED_MLP_FIELD}={state.setting!r}: the tiled MLP is not verified with parameters sharded by "
+                    f"DeepSpeed ZeRO-3 or FSDP2; use {TILED_MLP_FIELD}='auto' (it leaves them untiled) or False."
                 )
             shard = None
         if shard is None:

@@ -23,7 +23,7 @@ import os
 
 from ..state import model_state
 from . import adapters, chat_template_ids, layer_selection, loading, quantization
-from .lora import _is_linear, decoder_layers
+from .lora import decoder_layers, is_linear
 
 logger = logging.getLogger("slimrl")
 
@@ -114,7 +114,7 @@ def _load(path: str, config, dtype, load_in_4bit: bool, device_type: str, hf_kwa
         kwargs["quantization_config"] = quantization.bnb_4bit_config(dtype)
         if device_type != "cuda":
             kwargs.setdefault("device_map", "cpu")
-    processor = _load_processor(path, config, {k: kwargs[k] for k in loading._TOKENIZER_KWARGS if k in kwargs})
+    processor = _load_processor(path, config, {k: kwargs[k] for k in loading.TOKENIZER_KWARGS if k in kwargs})
     model = AutoModelForImageTextToText.from_pretrained(path, config=config, **kwargs)
     return model, processor
 
@@ -130,7 +130,7 @@ def load_image_text_model(model_name, config, max_seq_length=2048, dtype=None, l
     hf_kwargs, options = loading.split_kwargs(kwargs)
     if options.get("full_finetuning") and load_in_4bit:
         raise ValueError("full_finetuning=True and load_in_4bit=True: a 4-bit base cannot be fully fine-tuned.")
-    device_type = loading._target_device_type(hf_kwargs)
+    device_type = loading.target_device_type(hf_kwargs)
     chosen, reason = loading.choose_dtype(dtype, device_type)
     logger.info("slimrl: loading image-text model %s in %s (%s)", name, str(chosen).removeprefix("torch."), reason)
     loading.check_local_source(name)
@@ -176,7 +176,7 @@ def select_image_text_targets(model, target_modules, *, vision, language, attent
     tags = (layer_selection.ATTENTION_TAGS if attention else ()) + (layer_selection.MLP_TAGS if mlp else ())
     chosen = set()
     for full, module in model.named_modules():
-        part = _part(full, language_blocks) if _is_linear(module) and not full.endswith("lm_head") else None
+        part = _part(full, language_blocks) if is_linear(module) and not full.endswith("lm_head") else None
         if part is None or not (vision if part == "vision" else language):
             continue
         if any(p in tags for p in full.split(".")[:-1]) and (wanted is None or full.rsplit(".", 1)[-1] in wanted):

@@ -32,13 +32,14 @@ from typing import NamedTuple
 import torch
 
 from .chunking import AUTO_CHUNKS, chunk_bounds, resolve_num_chunks
-from .divergences import _rowdot, divergence_for
+from .divergences import divergence_for
 from .lean_logprob import (
     ChunkProjector,
-    _accumulate,
-    _chain_transform_,
-    _grads_out,
-    _transform_keeping_tanh_,
+    accumulate_grads,
+    chain_transform_,
+    grads_out,
+    rowdot,
+    transform_keeping_tanh_,
     transform_logits_,
 )
 
@@ -157,7 +158,7 @@ class ChunkedDivergenceFunction(torch.autograd.Function):
                 shifts_s[rows] = _log_softmax_(s, scratch[0])
                 shifts_t[rows] = _log_softmax_(t, scratch[0])
                 if entropy is not None:  # H = -sum p log p
-                    entropy[rows] = _rowdot(torch.exp(s, out=scratch[0][: end - start]), s).neg_()
+                    entropy[rows] = rowdot(torch.exp(s, out=scratch[0][: end - start]), s).neg_()
                 value[rows] = divergence.forward_(s, t, [x[: end - start] for x in scratch])
         ChunkedDivergenceFunction.last_chunks = len(bounds)
         ctx.save_for_backward(s_hidden, s_weight, s_bias, t_hidden, shifts_s, shifts_t)
@@ -185,7 +186,7 @@ class ChunkedDivergenceFunction(torch.autograd.Function):
         grad_weight = torch.zeros(s_weight.shape, **f32) if need_w else None
         grad_bias = torch.zeros(s_weight.shape[0], **f32) if need_b else None
         if grad_value is None or not bounds or not (need_h or need_w or need_b):
-            return (*_grads_out(grad_hidden, grad_weight, grad_bias, s_hidden, s_weight, s_bias)[:3],) + (None,) * 7
+            return (*grads_out(grad_hidden, grad_weight, grad_bias, s_hidden, s_weight, s_bias)[:3],) + (None,) * 7
         t_proj = _teacher_projector(t_hidden, teacher, bounds, s_hidden.device, s_weight.shape[0])
         scratch = [torch.empty_like(s_proj.buf) for _ in range(divergence.scratch_tiles)]
         tanh_buf = torch.empty_like(s_proj.buf) if softcap is not None else None
@@ -194,15 +195,15 @@ class ChunkedDivergenceFunction(torch.autograd.Function):
             for start, end in bounds:
                 n = end - start
                 s = s_proj.project(start, end)
-                tanh = _transform_keeping_tanh_(s, scale, softcap, inv_t, tanh_buf)
+                tanh = transform_keeping_tanh_(s, scale, softcap, inv_t, tanh_buf)
                 _subtract_shifts_(s, shifts_s[start:end])
                 t = transform_logits_(t_proj.project(start, end), *teacher.transform, inv_t)
                 _subtract_shifts_(t, shifts_t[start:end])
                 divergence.backward_(s, t, [x[:n] for x in scratch])
                 s.mul_(g[start:end].unsqueeze(1))
-                _chain_transform_(s, scale, softcap, inv_t, tanh)
-                _accumulate(s, s_proj, start, end, grad_hidden, grad_weight, grad_bias)
-        return (*_grads_out(grad_hidden, grad_weight, grad_bias, s_hidden, s_weight, s_bias)[:3],) + (None,) * 7
+                chain_transform_(s, scale, softcap, inv_t, tanh)
+                accumulate_grads(s, s_proj, start, end, grad_hidden, grad_weight, grad_bias)
+        return (*grads_out(grad_hidden, grad_weight, grad_bias, s_hidden, s_weight, s_bias)[:3],) + (None,) * 7
 
 
 def chunked_divergence(

@@ -27,7 +27,7 @@ Here the same quantities come from the decoder's last hidden states [R, T, H] an
   swaps only `lm_head.forward` for the duration: the computation happens inside the head, which returns a
   4-column probe `[R, T, 4]` instead of `[R, T, V]`. The model's post-processing of that probe (softcap, logit scale)
   is checked against slimrl's transform, so a model with a different logit post-processing raises instead of
-  giving different numbers. The probe carries the statistics as graph inputs (`_GraphCarrier`), so DDP's search
+  giving different numbers. The probe carries the statistics as graph inputs (`GraphCarrier`), so DDP's search
   for unused parameters, which starts from the forward's outputs, sees the weights the loss uses.
 """
 
@@ -215,7 +215,7 @@ def _carries_gradient(x) -> bool:
     return isinstance(x, torch.Tensor) and x.requires_grad
 
 
-class _GraphCarrier(torch.autograd.Function):
+class GraphCarrier(torch.autograd.Function):
     """The probe, unchanged, with the statistics as inputs of its graph node; no gradient reaches them through it.
 
     The statistics the loss uses leave the model's forward only through the lean head's box, not its outputs. DDP
@@ -271,7 +271,7 @@ def lean_policy_forward(
         cols = probe_columns(weight.shape[0], weight.device)
         with torch.no_grad():
             box["probe"] = torch.nn.functional.linear(hidden, weight[cols], None if bias is None else bias[cols])
-        return _GraphCarrier.apply(box["probe"], *(x for x in box["stats"] if _carries_gradient(x)))
+        return GraphCarrier.apply(box["probe"], *(x for x in box["stats"] if _carries_gradient(x)))
 
     with capture_lm_head(lm_head, head):
         outputs = model(**call, use_cache=False, **model_kwargs)

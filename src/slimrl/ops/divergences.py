@@ -15,10 +15,7 @@ import math
 
 import torch
 
-
-def _rowdot(a, b):
-    """sum(a * b, -1) per row without a product tile."""
-    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
+from .lean_logprob import rowdot
 
 
 class Divergence:
@@ -51,7 +48,7 @@ class ForwardKL(Divergence):
 
     def forward_(self, s, t, scratch):
         torch.sub(t, s, out=s)  # log p_t - log p_s
-        return _rowdot(t.exp_(), s)
+        return rowdot(t.exp_(), s)
 
     def backward_(self, s, t, scratch):
         s.exp_().sub_(t.exp_())
@@ -62,7 +59,7 @@ class ReverseKL(Divergence):
 
     def forward_(self, s, t, scratch):
         torch.sub(s, t, out=t)  # log p_s - log p_t
-        return _rowdot(s.exp_(), t)
+        return rowdot(s.exp_(), t)
 
     def backward_(self, s, t, scratch):
         x = torch.sub(s, t, out=t)  # log p_s - log p_t
@@ -91,9 +88,9 @@ class GeneralizedJSD(Divergence):
         log_m, diff = scratch[0], scratch[1]
         self._log_mixture(s, t, log_m, diff)
         torch.sub(s, log_m, out=diff)
-        kl_student = _rowdot(s.exp_(), diff)
+        kl_student = rowdot(s.exp_(), diff)
         torch.sub(t, log_m, out=diff)
-        kl_teacher = _rowdot(t.exp_(), diff)
+        kl_teacher = rowdot(t.exp_(), diff)
         return self.beta * kl_teacher + (1 - self.beta) * kl_student
 
     def backward_(self, s, t, scratch):

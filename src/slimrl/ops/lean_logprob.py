@@ -89,7 +89,7 @@ class ChunkProjector:
             yield start, end, self.project(start, end)
 
 
-def _rowdot(a, b):
+def rowdot(a, b):
     """sum(a * b, -1) per row without a product tile (a batched 1xV @ Vx1 GEMV)."""
     return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
 
@@ -117,9 +117,9 @@ def _fold_chunk(z, targets, out: dict, rows: slice, exp_buf) -> None:
         e = torch.exp(z, out=exp_buf[: z.shape[0]])
         s = e.sum(1)
         if out["entropy"] is not None:  # H = log s - sum(e * (z - m)) / s
-            torch.sub(s.log(), _rowdot(e, z) / s, out=out["entropy"][rows])
+            torch.sub(s.log(), rowdot(e, z) / s, out=out["entropy"][rows])
         if out["log_sum_sq_probs"] is not None:
-            torch.sub(_rowdot(e, e).log(), 2 * s.log(), out=out["log_sum_sq_probs"][rows])
+            torch.sub(rowdot(e, e).log(), 2 * s.log(), out=out["log_sum_sq_probs"][rows])
     else:
         s = z.exp_().sum(1)
     torch.add(m, s.log(), out=out["log_z"][rows])
@@ -207,14 +207,14 @@ class LeanLogProbFunction(torch.autograd.Function):
         grad_weight = torch.zeros(weight.shape, **f32) if need_w else None
         grad_bias = torch.zeros(weight.shape[0], **f32) if need_b else None
         if hidden.shape[0] == 0 or (grad_logprobs is None and grad_entropy is None) or not (need_h or need_w or need_b):
-            return _grads_out(grad_hidden, grad_weight, grad_bias, hidden, weight, bias)
+            return grads_out(grad_hidden, grad_weight, grad_bias, hidden, weight, bias)
         g_lp = None if grad_logprobs is None else grad_logprobs.float()
         g_ent = None if grad_entropy is None else grad_entropy.float()
         p_buf = torch.empty_like(projector.buf) if g_ent is not None else None  # log p and p at once
         t_buf = torch.empty_like(projector.buf) if softcap is not None else None  # tanh for softcap's derivative
         with torch.autocast(hidden.device.type, enabled=False):
             for start, end, z in projector:
-                t = _transform_keeping_tanh_(z, logit_scale, softcap, inv_t, t_buf)
+                t = transform_keeping_tanh_(z, logit_scale, softcap, inv_t, t_buf)
                 z.sub_(log_z[start:end].unsqueeze(1))  # z <- log p
                 _logits_grad_(
                     z,
@@ -224,13 +224,13 @@ class LeanLogProbFunction(torch.autograd.Function):
                     entropy[start:end],
                     p_buf,
                 )
-                _chain_transform_(z, logit_scale, softcap, inv_t, t)
-                _accumulate(z, projector, start, end, grad_hidden, grad_weight, grad_bias)
+                chain_transform_(z, logit_scale, softcap, inv_t, t)
+                accumulate_grads(z, projector, start, end, grad_hidden, grad_weight, grad_bias)
         LeanLogProbFunction.last_backward_chunks = len(projector.bounds)
-        return _grads_out(grad_hidden, grad_weight, grad_bias, hidden, weight, bias)
+        return grads_out(grad_hidden, grad_weight, grad_bias, hidden, weight, bias)
 
 
-def _transform_keeping_tanh_(z, logit_scale, softcap, inv_t, t_buf):
+def transform_keeping_tanh_(z, logit_scale, softcap, inv_t, t_buf):
     """transform_logits_, keeping tanh(z * scale / softcap) in `t_buf` for the backward of the softcap."""
     if logit_scale != 1.0:
         z.mul_(logit_scale)
@@ -243,7 +243,7 @@ def _transform_keeping_tanh_(z, logit_scale, softcap, inv_t, t_buf):
     return t
 
 
-def _chain_transform_(z, logit_scale, softcap, inv_t, t) -> None:
+def chain_transform_(z, logit_scale, softcap, inv_t, t) -> None:
     """In place: dL/d(transformed z) -> dL/d(raw logits), through temperature, softcap and scale."""
     if inv_t != 1.0:
         z.mul_(inv_t)
@@ -253,7 +253,7 @@ def _chain_transform_(z, logit_scale, softcap, inv_t, t) -> None:
         z.mul_(logit_scale)
 
 
-def _accumulate(z, projector, start, end, grad_hidden, grad_weight, grad_bias) -> None:
+def accumulate_grads(z, projector, start, end, grad_hidden, grad_weight, grad_bias) -> None:
     """The chunk's logits gradient z [n, V] into the hidden, weight and bias gradients."""
     if grad_hidden is not None:
         if projector.low_buf is None:
@@ -266,7 +266,7 @@ def _accumulate(z, projector, start, end, grad_hidden, grad_weight, grad_bias) -
         grad_bias.add_(z.sum(0))
 
 
-def _grads_out(grad_hidden, grad_weight, grad_bias, hidden, weight, bias):
+def grads_out(grad_hidden, grad_weight, grad_bias, hidden, weight, bias):
     return (
         None if grad_hidden is None else grad_hidden.to(hidden.dtype),
         None if grad_weight is None else grad_weight.to(weight.dtype),

@@ -21,14 +21,26 @@ Choices, and why:
 4. Several processes: each plans its own rows, then the processes agree on the largest group count and each splits
    its groups up to it (`agreed_count`, `split_to`): the forwards and loss evaluations, and the collectives inside
    them, pair up across processes.
+The config field that sets the size, its default and its one validator live here, beside the op they guard:
+`slimrl_rows_per_group` = "auto" (default) | False (TRL's one forward) | a positive number of rows.
 """
 
 from __future__ import annotations
 
 import torch
 
+AUTO = "auto"
+ROWS_FIELD = "slimrl_rows_per_group"  # the GRPO/RLOO config field that sets a group's size
+ROWS_DEFAULT = AUTO
 AUTO_GROUP_TOKENS = 4096  # tokens a group holds under "auto" (choice 3)
 AUTO_FREE_FRACTION = 0.5  # share of the free memory one group's working memory may take under "auto"
+
+
+def validate_rows_per_group(value):
+    """The one validator of `slimrl_rows_per_group`: "auto" | False | a positive int."""
+    if value is False or value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError(f"{ROWS_FIELD} must be 'auto', False or a positive number of rows, got {value!r}.")
 
 
 def row_lengths(attention_mask: torch.Tensor) -> list[int]:

@@ -10,8 +10,8 @@ The table: one `Rule` per field; `configs` limits a rule to the config classes w
 name means different things in different trainers: GRPO's `beta` weighs a KL penalty, DPO's is an inverse
 temperature). The first rule that applies to a config's field decides. Fields a validator elsewhere owns are not
 repeated here: `slimrl_num_chunks` (ops/chunking.py), `slimrl_max_memory_gb` (training/budget.py), the long-context
-fields `slimrl_rows_per_group` / `slimrl_tiled_mlp` (patches/row_groups_rules.py), and the batch geometry
-(validation.py), which needs several fields at once.
+fields `slimrl_rows_per_group` (ops/row_groups.py) / `slimrl_tiled_mlp` (models/tiled_mlp.py), and the batch
+geometry (validation.py), which needs several fields at once.
 """
 
 from __future__ import annotations
@@ -189,6 +189,13 @@ def rules_for(config_cls) -> dict[str, Rule]:
         if rule.field in fields and rule.field not in decided and _applies(rule, class_names):
             decided[rule.field] = rule
     return decided
+
+
+def config_rules(config=None) -> tuple[Rule, ...]:
+    """`slimrl.config_rules()`: every range rule; with a config (class or instance), the rules deciding its fields."""
+    if config is None:
+        return RULES
+    return tuple(rules_for(config if isinstance(config, type) else type(config)).values())
 
 
 def check_ranges(args) -> None:

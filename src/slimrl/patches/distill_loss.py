@@ -35,7 +35,7 @@ import torch
 
 from ..ops.chunked_divergence import HeadTransform, TeacherHead, chunked_divergence
 from ..ops.chunked_preference import (
-    _GraphCarrier,
+    GraphCarrier,
     capture_lm_head,
     lean_head_or_reason,
     probe_columns,
@@ -95,7 +95,7 @@ def forward_through_head(model, lm_head, causal_lm, call: dict, head_fn, what: s
         box["result"] = head_fn(hidden)
         box["probe"] = _probe(head_forward, lm_head, hidden.detach())
         carried = [x for x in box["result"] if isinstance(x, torch.Tensor) and x.requires_grad]
-        return _GraphCarrier.apply(box["probe"], *carried)
+        return GraphCarrier.apply(box["probe"], *carried)
 
     with capture_lm_head(lm_head, head):
         outputs = model(**call, use_cache=False)

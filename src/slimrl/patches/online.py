@@ -5,7 +5,8 @@ Patched (beyond the shared set-up of trainer_setup.py):
    (slimrl.ops.logprob: completion-only scoring, bounded row chunks). TRL's private helpers it reads are checked seams.
 2. Config: the fields `vllm_sampling_params` (rollouts on the model's vLLM engine), `slimrl_reward_errors`
    ("raise" | "skip", see rewards.py), `slimrl_shared_prefix` ("auto" | True | False, shared_prefix_rules.py) and
-   the long-context fields `slimrl_rows_per_group`, `slimrl_padding_free`, `slimrl_tiled_mlp` (row_groups_rules.py);
+   the long-context fields `slimrl_rows_per_group`, `slimrl_padding_free`, `slimrl_tiled_mlp` (row_groups_rules.py,
+   each validated beside its op);
    `max_new_tokens` as the older name of `max_completion_length` (compat.py), `max_prompt_length` with its TRL 0.2x
    meaning (prompt_limit.py: `_tokenize_prompts` keeps a long prompt's last tokens); config checks: every numeric
    field's range (config_ranges.py), the learning-rate warning, batch geometry fitted or refused (validation.py).

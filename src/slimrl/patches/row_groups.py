@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..models.tiled_mlp import TILED_MLP_DEFAULT, TILED_MLP_FIELD
+from ..ops.row_groups import ROWS_DEFAULT, ROWS_FIELD
 from ..state import trainer_state
 from . import row_groups_rules as rules
 from .padding_free import padding_free_forwards
@@ -128,7 +130,7 @@ def step_groups(trainer, model, inputs, owner: str) -> list[torch.Tensor] | None
     """The micro-batch's row groups, or None to score it at once (one group, or a reason logged)."""
     from ..ops.row_groups import plan_groups
 
-    setting = getattr(trainer.args, rules.ROWS_FIELD, rules.AUTO)
+    setting = getattr(trainer.args, ROWS_FIELD, ROWS_DEFAULT)
     if setting is False:
         return None
     reason = rules.loss_problem(trainer, model, inputs, setting, owner)
@@ -186,7 +188,7 @@ def _policy_group(trainer, inner, model, input_ids, attention_mask, logits_to_ke
     if selection.used or input_ids.shape[0] != selection.batch_rows:
         raise RuntimeError(
             "slimrl: the log-prob method was called twice, or on other rows, while a step's rows were scored in "
-            f"groups; set {rules.ROWS_FIELD}=False for a trainer that does this."
+            f"groups; set {ROWS_FIELD}=False for a trainer that does this."
         )
     selection.used = True
     rows = selection.rows
@@ -200,7 +202,7 @@ def _grouped_pass(trainer, inner, model, input_ids, attention_mask, logits_to_ke
     """A no-grad call in row groups of at most `batch_size` rows (choice 4); None when one group holds them all."""
     from ..ops.row_groups import plan_groups
 
-    setting = getattr(trainer.args, rules.ROWS_FIELD, rules.AUTO)
+    setting = getattr(trainer.args, ROWS_FIELD, ROWS_DEFAULT)
     if setting is False:
         return None
     rows, tokens = rules.group_size(trainer, model, setting)
@@ -240,7 +242,7 @@ def make_row_seam(inner):
         compute_aux_loss=False,
         **extra,
     ):
-        tile_mlp(self.accelerator.unwrap_model(model), getattr(self.args, rules.TILED_MLP_FIELD, rules.AUTO))
+        tile_mlp(self.accelerator.unwrap_model(model), getattr(self.args, TILED_MLP_FIELD, TILED_MLP_DEFAULT))
         plain = not compute_aux_loss and all(value is None for value in extra.values())
         with padding_free_forwards(self, getattr(self.args, rules.PADDING_FREE_FIELD, rules.AUTO)):
             args = (self, inner, model, input_ids, attention_mask, logits_to_keep)

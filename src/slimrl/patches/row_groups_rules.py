@@ -1,7 +1,8 @@
 """The long-context config fields of the GRPO/RLOO family, and when a step's rows can be scored in groups.
 
 The scoring itself is row_groups.py (over slimrl.ops.row_groups), the padding-free forward padding_free.py, the
-tiled MLP slimrl.models.tiled_mlp. Fields, each validated here alone (the tiled MLP's by its module):
+tiled MLP slimrl.models.tiled_mlp. Fields, each declared and validated once: the rows' and the tiled MLP's beside
+their op (slimrl.ops.row_groups, slimrl.models.tiled_mlp), the padding-free one here:
 - `slimrl_rows_per_group`: "auto" (default) | False | a positive int. False: TRL's one forward over the micro-batch;
   n: groups of n rows; "auto": groups of up to slimrl.ops.row_groups.AUTO_GROUP_TOKENS tokens, fewer where free
   memory says so (the rule and why: slimrl.ops.row_groups).
@@ -21,23 +22,19 @@ several GPUs, LOMO optimizers that step inside the backward).
 
 from __future__ import annotations
 
-from ..models.tiled_mlp import validate_tiled_mlp
+from ..models.tiled_mlp import TILED_MLP_DEFAULT, TILED_MLP_FIELD, validate_tiled_mlp
+from ..ops.row_groups import ROWS_DEFAULT, ROWS_FIELD, validate_rows_per_group
 from .shared_prefix_rules import MULTIMODAL_ARGS
 
 AUTO = "auto"
-ROWS_FIELD = "slimrl_rows_per_group"
 PADDING_FREE_FIELD = "slimrl_padding_free"
-TILED_MLP_FIELD = "slimrl_tiled_mlp"
-FIELDS = ((ROWS_FIELD, AUTO), (PADDING_FREE_FIELD, AUTO), (TILED_MLP_FIELD, AUTO))  # (name, default)
+FIELDS = (
+    (ROWS_FIELD, ROWS_DEFAULT),
+    (PADDING_FREE_FIELD, AUTO),
+    (TILED_MLP_FIELD, TILED_MLP_DEFAULT),
+)  # (name, default)
 DROPOUT_REASON = "active dropout: other rows per forward would draw other dropout masks than stock"
 STEPPING_OPTIMIZERS = ("lomo", "adalomo")
-
-
-def validate_rows_per_group(value):
-    """The one validator of `slimrl_rows_per_group`: "auto" | False | a positive int."""
-    if value is False or value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        return value
-    raise ValueError(f"{ROWS_FIELD} must be 'auto', False or a positive number of rows, got {value!r}.")
 
 
 def validate_padding_free(value):

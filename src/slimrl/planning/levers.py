@@ -1,10 +1,11 @@
 """Row groups and the sequence-tiled MLP as the memory planner sees them: how many rows one policy forward and backward
 holds (`group_rows`) and how many tokens one MLP shard holds in the recompute (`mlp_shard_tokens`, 0: untiled).
 
-Both are resolved by the levers' own rules, never a copy of them: the config fields and defaults of
-slimrl.patches.row_groups_rules, the grouping of slimrl.ops.row_groups (`partition`, `AUTO_GROUP_TOKENS`) and the
-shard rule of slimrl.models.tiled_mlp (`TiledMLPState.shard_tokens`). A slimrl without those modules scores a
-step's rows in TRL's one forward with the untiled MLP, and so does the plan; so do algorithms other than GRPO/RLOO.
+Both are resolved by the levers' own rules, never a copy of them: the config field, default, validator and grouping
+of slimrl.ops.row_groups (`ROWS_FIELD`, `partition`, `AUTO_GROUP_TOKENS`) and the field, default, validator and shard
+rule of slimrl.models.tiled_mlp (`TILED_MLP_FIELD`, `TiledMLPState.shard_tokens`). A slimrl without those modules
+scores a step's rows in TRL's one forward with the untiled MLP, and so does the plan; so do algorithms other than
+GRPO/RLOO.
 
 Worst case, as everywhere in the plan: every row is prompt + completion tokens long. "auto" groups are then sized by
 the token budget alone; the cap "auto" also takes from free memory at run time only lowers them where memory is
@@ -19,25 +20,20 @@ GROUPED = ("grpo", "rloo")
 
 
 def available() -> bool:
-    return importlib.util.find_spec("slimrl.patches.row_groups_rules") is not None
+    return all(
+        importlib.util.find_spec(f"slimrl.{name}") is not None for name in ("ops.row_groups", "models.tiled_mlp")
+    )
 
 
 def settings(algorithm: str, fields: dict) -> tuple:
     """(rows-per-group setting, tiled-MLP setting) from the config fields; False, False where the levers don't apply."""
     if algorithm not in GROUPED or not available():
         return False, False
-    from ..patches import row_groups_rules as rules
+    from ..models.tiled_mlp import TILED_MLP_DEFAULT, TILED_MLP_FIELD, validate_tiled_mlp
+    from ..ops.row_groups import ROWS_DEFAULT, ROWS_FIELD, validate_rows_per_group
 
-    defaults = dict(rules.FIELDS)
-    rows = fields.get(rules.ROWS_FIELD, defaults[rules.ROWS_FIELD])
-    tiled = fields.get(rules.TILED_MLP_FIELD, defaults[rules.TILED_MLP_FIELD])
-    return rules.validate_rows_per_group(rows), _validated_tiling(tiled)
-
-
-def _validated_tiling(value):
-    from ..models.tiled_mlp import validate_tiled_mlp
-
-    return validate_tiled_mlp(value)
+    rows = fields.get(ROWS_FIELD, ROWS_DEFAULT)
+    return validate_rows_per_group(rows), validate_tiled_mlp(fields.get(TILED_MLP_FIELD, TILED_MLP_DEFAULT))
 
 
 def group_rows(setting, rows: int, row_tokens: int) -> int:

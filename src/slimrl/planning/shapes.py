@@ -112,14 +112,14 @@ SHARED_INPUTS = ({"q_proj", "k_proj", "v_proj"}, {"gate_proj", "up_proj"}, {"o_p
 def _lora_counts(model, targets, rank: int) -> dict:
     """LoRA sizes for `targets` (None: slimrl's default): elements in the whole model, and per block r x modules,
     their inputs' widths, and those widths with a shared input counted once."""
-    from ..models.lora import _is_linear, decoder_layers, default_target_modules
+    from ..models.lora import decoder_layers, default_target_modules, is_linear
 
     names = tuple(sorted(default_target_modules(model) if targets is None else targets))
     total, first = 0, {}
     for index, layer in enumerate(decoder_layers(model)):
         for name, module in layer.named_modules():
             short = name.rsplit(".", 1)[-1]
-            if name and _is_linear(module) and short in names:
+            if name and is_linear(module) and short in names:
                 in_f, out_f = _linear_dims(module)
                 total += rank * (in_f + out_f)
                 if index == 0:
@@ -151,13 +151,13 @@ def _linear_dims(module) -> tuple[int, int]:
 def model_shape(model, lora_rank: int | None = None, lora_targets=None) -> ModelShape:
     """The ModelShape of `model`; with `lora_rank`, the LoRA adapter's size for `lora_targets` (None: slimrl's
     default targets)."""
-    from ..models.lora import _is_linear, decoder_layers
+    from ..models.lora import decoder_layers, is_linear
 
     config = resolve_config(model)
     text = config.get_text_config()
     meta = _meta_model(config)
     params = list(meta.parameters())
-    linear = sum(m.weight.numel() for layer in decoder_layers(meta) for m in layer.modules() if _is_linear(m))
+    linear = sum(m.weight.numel() for layer in decoder_layers(meta) for m in layer.modules() if is_linear(m))
     heads = text.num_attention_heads
     lora = _lora_counts(meta, lora_targets, lora_rank) if lora_rank else {}
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads

@@ -105,7 +105,7 @@ def check_reward_columns(func: Callable, columns: list[str]) -> None:
             )
 
 
-def _load(dataset_name: str, dataset_config: str | None):
+def load_splits(dataset_name: str, dataset_config: str | None):
     from datasets import load_dataset
 
     ext = os.path.splitext(dataset_name)[1].lower()
@@ -143,7 +143,7 @@ def dataset_task(
         raise TaskError("A dataset task needs at least one --reward_funcs (dotted path, file.py:func or built-in name)")
     funcs = [load_reward_func(spec) for spec in reward_funcs]
     accuracy = load_reward_func(accuracy_reward) if accuracy_reward else None
-    splits = _load(dataset_name, dataset_config)
+    splits = load_splits(dataset_name, dataset_config)
     if dataset_train_split not in splits:
         raise TaskError(f"Dataset {dataset_name!r} has no split {dataset_train_split!r} (splits: {list(splits)})")
     train = splits[dataset_train_split]

@@ -94,9 +94,9 @@ def preference_dataset(
 
     Raises `TaskError` naming the missing column and the flag that sets it, before any model is loaded.
     """
-    from .custom import TaskError, _load
+    from .custom import TaskError, load_splits
 
-    splits = _load(dataset_name, dataset_config)
+    splits = load_splits(dataset_name, dataset_config)
     if dataset_train_split not in splits:
         raise TaskError(f"Dataset {dataset_name!r} has no split {dataset_train_split!r} (splits: {list(splits)})")
     train = splits[dataset_train_split]
