@@ -170,7 +170,8 @@ def arrows_up(graph: dict[str, set[str]], layers: list[list[str]]) -> list[str]:
 
 def test_imports_go_downwards_only():
     layers = page_layers()
-    assert len(layers) >= 5 and ["ops", "tasks"] in layers, layers
+    assert len(layers) >= 5 and ["ops"] in layers and ["patches"] in layers, layers
+    assert shared_folder_lines(layers) == []
     assert arrows_up(import_graph(), layers) == []
 
 
