@@ -8,6 +8,8 @@
    registry imports no TRL.
 3. Private state on models and configs lives in slimrl.state (one `_slimrl` attribute): no module writes another
    `_slimrl_*` attribute.
+4. The page's module map names every module under src/slimrl (its path under slimrl/, `__init__.py` files included),
+   each with a line on what it holds, and names no module that does not exist.
 """
 
 import ast
@@ -20,6 +22,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "slimrl"
+PAGE = SRC.parent / "docs" / "architecture.md"
 
 
 def _module_name(path: Path) -> str:
@@ -150,3 +153,44 @@ def test_registry_import_imports_no_trl():
 def test_no_private_slimrl_attributes_outside_state(path):
     text = path.read_text()
     assert not re.findall(r"\b_slimrl_[a-z]\w*", text), f"{path.name}: private state belongs in slimrl.state"
+
+
+def module_map(text: str) -> dict[str, str]:
+    """The modules the page's `modules` block names (first cell of a table row, its path under slimrl/) and what
+    each holds (the second cell)."""
+    match = re.search(r"<!-- modules -->(.*?)<!-- /modules -->", text, re.S)
+    assert match, "docs/architecture.md has no <!-- modules --> block"
+    rows = re.findall(r"^\|\s*`([\w/]+\.py)`\s*\|(.*)\|\s*$", match.group(1), re.M)
+    named = [path for path, _ in rows]
+    assert len(named) == len(set(named)), f"named twice: {sorted({p for p in named if named.count(p) > 1})}"
+    return {path: what.strip() for path, what in rows}
+
+
+def map_mismatch(modules: set[str], named: dict[str, str]) -> list[str]:
+    """What the module map gets wrong: a module it does not name, a name that is no module, a row with no line."""
+    return (
+        [f"not on the page: {m}" for m in sorted(modules - set(named))]
+        + [f"no such module: {m}" for m in sorted(set(named) - modules)]
+        + [f"no line on what it holds: {m}" for m, what in sorted(named.items()) if len(what.split()) < 2]
+    )
+
+
+def test_the_module_map_names_every_module_and_only_modules():
+    modules = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")}
+    named = module_map(PAGE.read_text())
+    assert len(modules) > 100 and "models/offload.py" in modules, "the package was not found"
+    assert map_mismatch(modules, named) == []
+
+
+def test_module_map_check_has_teeth():
+    page = "<!-- modules -->\n| `a.py` | what a holds |\n| `x/b.py` | what b holds |\n| `x/c.py` | |\n<!-- /modules -->"
+    named = module_map(page)
+    assert map_mismatch({"a.py", "x/b.py", "x/c.py"}, named) == ["no line on what it holds: x/c.py"]
+    assert map_mismatch({"a.py", "x/b.py", "x/c.py", "x/new.py"}, named)[0] == "not on the page: x/new.py"
+    assert map_mismatch({"x/b.py", "x/c.py"}, named)[0] == "no such module: a.py"
+    with pytest.raises(AssertionError, match="named twice"):
+        module_map(page.replace("x/b.py", "a.py"))
+    # on the real page: a planted module it does not name, and a named module taken away
+    modules, real = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")}, module_map(PAGE.read_text())
+    assert map_mismatch(modules | {"models/planted.py"}, real) == ["not on the page: models/planted.py"]
+    assert map_mismatch(modules - {"models/offload.py"}, real) == ["no such module: models/offload.py"]

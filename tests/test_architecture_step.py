@@ -1,10 +1,11 @@
 """docs/architecture.md stays true: the files one GRPO step enters, and the layer order imports follow.
 
 1. One tiny GRPO optimizer step (set-up excluded), in a fresh process, runs under `sys.setprofile`; the slimrl files
-   it enters must be exactly the list marked `step-files` on the page.
+   it enters must be exactly the list marked `step-files` on the page, each there with a line on what it does in the
+   step, and each named (by its path under slimrl/) in the narrative marked `step-narrative`.
 2. Imports go downwards only: each module's folder (or, at the package root, the module) sits on one line of the
-   page's `layers` block, top to bottom, and imports only from its own line or the lines below (function-level
-   imports counted; cycles among modules are forbidden by test_architecture.py).
+   page's `layers` block, top to bottom, one folder a line, and imports only from its own line or the lines below
+   (function-level imports counted; cycles among modules are forbidden by test_architecture.py).
 """
 
 import json
@@ -29,8 +30,30 @@ def _marked(name: str) -> str:
     return match.group(1)
 
 
-def page_step_files() -> set[str]:
-    return set(re.findall(r"`([\w/]+\.py)`", _marked("step-files")))
+def step_entries(block: str) -> dict[str, str]:
+    """The `- `path`: what it does` lines of a step-files block; a line of another shape fails."""
+    lines = [line for line in block.splitlines() if line.strip()]
+    entries = {}
+    for line in lines:
+        match = re.fullmatch(r"- `([\w/]+\.py)`:(.*)", line.strip())
+        assert match, f"step-files: not a `- `path`: what it does` line: {line!r}"
+        entries[match.group(1)] = match.group(2).strip()
+    return entries
+
+
+def named_in(text: str) -> set[str]:
+    """The files a text names by their path under slimrl/ (in code spans, optionally with `:name`)."""
+    return set(re.findall(r"`((?:\w+/)*\w+\.py)(?::[\w.]+(?:\([^`]*\))?)?`", text))
+
+
+def step_page_problems(traced: set[str], entries: dict[str, str], narrative: str) -> list[str]:
+    """Where the page's account of a step falls short of the trace."""
+    return (
+        [f"the step enters but the list omits {f}" for f in sorted(traced - set(entries))]
+        + [f"the list names but the step never enters {f}" for f in sorted(set(entries) - traced)]
+        + [f"no line on what it does: {f}" for f, what in sorted(entries.items()) if len(what.split()) < 3]
+        + [f"the narrative does not name {f}" for f in sorted(traced - named_in(narrative))]
+    )
 
 
 def page_layers() -> list[list[str]]:
@@ -95,10 +118,32 @@ def test_the_page_lists_the_files_one_grpo_step_enters():
     assert out.returncode == 0, out.stderr[-3000:]
     traced = set(json.loads(out.stdout.split("TRACED ", 1)[1]))
     assert "patches/trainer_setup.py" in traced and "ops/lean_logprob.py" in traced, "the trace saw no patched step"
-    listed = page_step_files()
-    assert traced == listed, f"step enters but the page omits {sorted(traced - listed)}; page lists but the step " + (
-        f"never enters {sorted(listed - traced)}"
-    )
+    assert step_page_problems(traced, step_entries(_marked("step-files")), _marked("step-narrative")) == []
+
+
+def test_step_page_check_has_teeth():
+    entries, narrative = step_entries(_marked("step-files")), _marked("step-narrative")
+    listed = set(entries)
+    assert len(listed) > 20 and step_page_problems(listed, entries, narrative) == []
+    planted = listed | {"ops/planted.py"}
+    assert step_page_problems(planted, entries, narrative) == [
+        "the step enters but the list omits ops/planted.py",
+        "the narrative does not name ops/planted.py",
+    ]
+    assert step_page_problems(listed - {"memory.py"}, entries, narrative) == [
+        "the list names but the step never enters memory.py"
+    ]
+    terse = {**entries, "memory.py": "read"}
+    assert step_page_problems(listed, terse, narrative) == ["no line on what it does: memory.py"]
+    assert step_page_problems(listed, entries, narrative.replace("`memory.py`", "memory")) == [
+        "the narrative does not name memory.py"
+    ]
+    assert named_in("`ops/logprob.py:add_fused_lm_head._fused_forward` `state.py:ModelState.num_chunks` `x.py`") == {
+        "ops/logprob.py",
+        "state.py",
+        "x.py",
+    }
+    assert named_in("`validation.py:check_config`") == {"validation.py"} != {"patches/validation.py"}
 
 
 def unit_of(module: str) -> str:
@@ -125,11 +170,19 @@ def arrows_up(graph: dict[str, set[str]], layers: list[list[str]]) -> list[str]:
 
 def test_imports_go_downwards_only():
     layers = page_layers()
-    assert len(layers) >= 5 and ["ops", "tasks"] in layers, layers
+    assert len(layers) >= 5 and ["ops"] in layers and ["patches"] in layers, layers
+    assert shared_folder_lines(layers) == []
     assert arrows_up(import_graph(), layers) == []
+
+
+def shared_folder_lines(layers: list[list[str]]) -> list[list[str]]:
+    """Lines that hold more than one folder of slimrl/ (one folder a line: no loop hidden on a shared line)."""
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    return [line for line in layers if len(folders & set(line)) > 1]
 
 
 def test_arrow_up_detection_has_teeth():
     graph = {"slimrl.models.lora": {"slimrl.export.methods"}, "slimrl.export.methods": {"slimrl.models.loading"}}
     assert arrows_up(graph, [["export"], ["models"]]) == ["slimrl.models.lora -> slimrl.export.methods"]
     assert arrows_up(graph, [["models"]]) == ["slimrl.export.methods: its unit `export` is on no line of the layers"]
+    assert shared_folder_lines([["patches", "training"], ["state", "swaps"], ["ops"]]) == [["patches", "training"]]
