@@ -34,10 +34,10 @@ DECIMAL = r"\d+\.\d+"
 FIGURE = re.compile(
     rf"(?<![\w.]){NUM}(?:\s*(?:[-–]|to)\s*{NUM})?(?:×|\s*(?:(?:{UNIT})(?![A-Za-z])|(?:passed|failed|skipped)\b))"
     rf"|(?<![\w.]){NUM}\s*(?:->|→)\s*{NUM}"
-    rf"|(?<![\w.]){DECIMAL}\s+to\s+{DECIMAL}(?![\d.])"  # "from 0.00 to 1.00", "0.31 to 0.52": a change or a range
+    rf"|(?<![\w.]){DECIMAL}\s+to\s+{DECIMAL}(?!\.?\d)"  # "from 0.00 to 1.00", "0.31 to 0.52": a change or a range
 )
 CHANGE = re.compile(r"->|→")
-RANGE = re.compile(rf"(?<=\d)\s*(?:[-–]|to)\s*(?=\d)")
+RANGE = re.compile(r"(?<=\d)\s*(?:[-–]|to)\s*(?=\d)")
 FIELDS = {  # a unit, and the key words of the numeric values that can hold a figure in it
     "memory": (r"GiB|GB|MiB|MB|KiB|kB", r"gib|gb|mib|mb|peak|bytes|mem|resident|reserved|working|used|total|saved"),
     "time": (r"ms|s/step|s|min|minutes?|seconds?|hours?", r"(^|[._])s$|_s[._]|sec|time|_ms|ms$|wall|s_per_|median"),
@@ -120,18 +120,18 @@ class Held:
     values, one printed line) as lists of numbers. Keys hold no numbers."""
 
     values: list[tuple[str, Decimal]] = field(default_factory=list)
-    rows: list[list[Decimal]] = field(default_factory=list)
+    rows: list[list[tuple[str, Decimal]]] = field(default_factory=list)
     lines: list[list[Decimal]] = field(default_factory=list)
 
-    def add(self, value, path: str = "", top: bool = True) -> list[Decimal]:
-        """Record `value` (a loaded results file when top) and return the numbers under it."""
+    def add(self, value, path: str = "", top: bool = True) -> list[tuple[str, Decimal]]:
+        """Record `value` (a loaded results file when top) and return the (key path, number) pairs under it."""
         if isinstance(value, bool) or value is None:
             return []
         if isinstance(value, int | float):
             if value != value or abs(value) == float("inf"):
                 return []
             self.values.append((path.lower(), Decimal(repr(value))))
-            return [self.values[-1][1]]
+            return [self.values[-1]]
         if isinstance(value, str):
             self.lines += [row for row in ([Decimal(n) for n in numbers(line)] for line in value.splitlines()) if row]
             return []
@@ -168,15 +168,31 @@ def _unit(text: str) -> str | None:
     return found.group(0) if found else None
 
 
-def figure_problem(figure: str, held: Held, header: str = "") -> str | None:
-    """Why `figure` is not held by its row and field (None when it is); `header` is its table column's header."""
+def _sentence_keys(sentence: str) -> str | None:
+    """A figure without a unit outside a table: the words of its sentence, one of which its value's key must hold."""
+    words = {word.lower() for word in re.findall(r"[A-Za-z]{4,}", sentence)}
+    return "|".join(sorted(words)) or None
+
+
+def _in_row(ends: list[str], row: list[tuple[str, Decimal]], keys: str | None) -> bool:
+    return all(is_held(n, [v for _, v in row]) for n in ends) and (
+        keys is None or any(re.search(keys, path) for path, v in row if any(is_held(n, [v]) for n in ends))
+    )
+
+
+def figure_problem(figure: str, held: Held, header: str = "", sentence: str = "") -> str | None:
+    """Why `figure` is not held by its row and field (None when it is): `header` is its table column's header, else
+    `sentence` the prose it stands in."""
     ends = numbers(figure)
+    unit = _unit(figure) or _unit(header)
+    keys = _keys_for(unit) if unit or header else _sentence_keys(sentence)
     if CHANGE.search(figure):
-        rows = held.rows + held.lines
-        return None if any(all(is_held(n, row) for n in ends) for row in rows) else "no one row holds both ends"
+        printed = any(all(is_held(n, line) for n in ends) for line in held.lines)
+        if printed or any(_in_row(ends, row, keys) for row in held.rows):
+            return None
+        return f"no one row holds both ends with a key of its field ({keys or 'any'})"
     if len(ends) > 1 and not RANGE.search(figure):
         return "not one figure"
-    keys = _keys_for(_unit(figure) or _unit(header))
     for end in ends:
         by_value = any(is_held(end, [v]) and (keys is None or re.search(keys, path)) for path, v in held.values)
         if not by_value and not any(is_held(end, line) for line in held.lines):
@@ -184,21 +200,31 @@ def figure_problem(figure: str, held: Held, header: str = "") -> str | None:
     return None
 
 
-def located_figures(text: str) -> list[tuple[str, str]]:
-    """(figure, its column's header: '' outside tables) for the block's figures."""
-    found, header = [], None
-    for line in text.splitlines():
+def _prose_figures(text: str) -> list[tuple[str, str, str]]:
+    sentences = re.split(r"(?<=[.;:!?])\s+(?=[A-Z(*`])", " ".join(text.split()))
+    return [(figure, "", sentence) for sentence in sentences for figure in figures(sentence)]
+
+
+def located_figures(text: str) -> list[tuple[str, str, str]]:
+    """(figure, its column's header, its sentence) for the block's figures (a table's figures have no sentence, prose's
+    no header)."""
+    found, header, prose_lines = [], None, []
+    for line in [*text.splitlines(), "|"]:
         if not line.lstrip().startswith("|"):
             header = None
-            found += [(figure, "") for figure in figures(line)]
+            prose_lines.append(line)
             continue
+        found += _prose_figures("\n".join(prose_lines)) if prose_lines else []
+        prose_lines = []
+        if line == "|":
+            break
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if header is None or set("".join(cells)) <= set("-: "):
             header = header if header is not None else cells
             continue
         for column, cell in enumerate(cells):
             name = header[column] if column < len(header) else ""
-            found += [(figure, name) for figure in figures(f"| {cell} |")]
+            found += [(figure, name, "") for figure in figures(f"| {cell} |")]
     return found
 
 
@@ -221,9 +247,9 @@ def results_problems(block: Block) -> list[str]:
     if problems:
         return problems
     located = located_figures(block.text)
-    for figure, header in located:
-        why = figure_problem(figure, held, header)
+    for figure, header, sentence in located:
+        why = figure_problem(figure, held, header, sentence)
         problems += [f"{figure}: {why} in {paths}"] if why else []
-    matched, every = {n for figure, _ in located for n in numbers(figure)}, held.numbers()
+    matched, every = {n for figure, _, _ in located for n in numbers(figure)}, held.numbers()
     others = [n for n in numbers(block.text) if n not in matched]
     return problems + [f"{n} is in none of {paths}" for n in others if not is_held(n, every)]

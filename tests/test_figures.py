@@ -107,6 +107,7 @@ def test_figures_held_by_their_row_and_field_pass(tmp_path, monkeypatch, prose):
     [
         ("Accuracy went from 0.31 to 0.53 over the arms.", "0.31 to 0.53"),  # a planted wrong figure in prose
         ("Held-out accuracy 0.336 → 0.52.", "0.336 → 0.52"),  # both ends held, by no one row
+        ("The loss went 0.31 to 0.52 over the arms.", "0.31 to 0.52"),  # held as accuracy, not as a loss
         ("A step takes 12 s.", "12 s"),  # 12 is only the steps count: an unrelated field
         ("The peak is 2.2 GiB.", "2.2 GiB"),  # 2.2 is a time
         ("| arm | peak GiB |\n|---|---|\n| stock | 3.90 |", "3.90"),  # the column names the field
@@ -119,10 +120,12 @@ def test_a_figure_held_only_elsewhere_in_the_file_fails(tmp_path, monkeypatch, p
 
 
 def test_the_docs_planted_wrong_range_fails():  # the negative control on a real page and its results file
-    block = next(b for b in BLOCKS if b.page == "vision.md" and b.mark and b.mark[0] == "results")
-    assert F.results_problems(block) == []
-    block = F.Block(block.page, block.line, block.text + "\n\nThe peak went 0.31 to 0.52 GiB.", block.mark)
-    assert [p.split(":")[0] for p in F.results_problems(block)] == ["0.31 to 0.52 GiB"]
+    base = next(b for b in BLOCKS if b.page == "vision.md" and b.mark and b.mark[0] == "results")
+    assert F.results_problems(base) == []
+    planted = {"The accuracy went 0.31 to 0.52.": "0.31 to 0.52", "Peak 0.31 to 0.52 GiB.": "0.31 to 0.52 GiB"}
+    for sentence, figure in planted.items():
+        block = F.Block(base.page, base.line, f"{base.text}\n\n{sentence}", base.mark)
+        assert [p.split(":")[0] for p in F.results_problems(block)] == [figure]
 
 
 def test_a_results_file_outside_committed_or_without_provenance_fails(tmp_path, monkeypatch):
