@@ -169,8 +169,9 @@ def _unit(text: str) -> str | None:
 
 
 def _sentence_keys(sentence: str) -> str | None:
-    """A figure without a unit outside a table: the words of its sentence, one of which its value's key must hold."""
-    words = {word.lower() for word in re.findall(r"[A-Za-z]{4,}", sentence)}
+    """A figure without a unit: the words of its sentence (or its column's header and its row's first cell), one of
+    which its value's key must hold."""
+    words = {word.lower()[:7] for word in re.findall(r"[A-Za-z]{4,}", sentence)}  # a stem: "correctness" finds correct_
     return "|".join(sorted(words)) or None
 
 
@@ -185,7 +186,7 @@ def figure_problem(figure: str, held: Held, header: str = "", sentence: str = ""
     `sentence` the prose it stands in."""
     ends = numbers(figure)
     unit = _unit(figure) or _unit(header)
-    keys = _keys_for(unit) if unit or header else _sentence_keys(sentence)
+    keys = _keys_for(unit) if unit else _sentence_keys(header or sentence)
     if CHANGE.search(figure):
         printed = any(all(is_held(n, line) for n in ends) for line in held.lines)
         if printed or any(_in_row(ends, row, keys) for row in held.rows):
@@ -224,7 +225,7 @@ def located_figures(text: str) -> list[tuple[str, str, str]]:
             continue
         for column, cell in enumerate(cells):
             name = header[column] if column < len(header) else ""
-            found += [(figure, name, "") for figure in figures(f"| {cell} |")]
+            found += [(figure, f"{name} {cells[0]}", "") for figure in figures(f"| {cell} |")]
     return found
 
 

@@ -95,6 +95,7 @@ ROWS = {
     [
         "Peak 1.29 GiB in 3.9 s; accuracy 0.31 to 0.52 over the arms, 0.336 → 0.695 held-out, 12 steps.",
         "| arm | peak GiB | s/step |\n|---|---|---|\n| stock | 5.35 | 2.2 |",
+        "| | value |\n|---|---|\n| held-out accuracy, before → after | 0.336 → 0.695 |",
     ],
 )
 def test_figures_held_by_their_row_and_field_pass(tmp_path, monkeypatch, prose):
@@ -111,6 +112,7 @@ def test_figures_held_by_their_row_and_field_pass(tmp_path, monkeypatch, prose):
         ("A step takes 12 s.", "12 s"),  # 12 is only the steps count: an unrelated field
         ("The peak is 2.2 GiB.", "2.2 GiB"),  # 2.2 is a time
         ("| arm | peak GiB |\n|---|---|\n| stock | 3.90 |", "3.90"),  # the column names the field
+        ("| arm | accuracy |\n|---|---|\n| stock | 2.20 |", "2.20"),  # so does a column without a unit
     ],
 )
 def test_a_figure_held_only_elsewhere_in_the_file_fails(tmp_path, monkeypatch, prose, wrong):  # negative controls
