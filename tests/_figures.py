@@ -168,10 +168,13 @@ def _unit(text: str) -> str | None:
     return found.group(0) if found else None
 
 
+STOP = set("with from that this than over into each when then also what were been have their under both only".split())
+
+
 def _sentence_keys(sentence: str) -> str | None:
     """A figure without a unit: the words of its sentence (or its column's header and its row's first cell), one of
     which its value's key must hold."""
-    words = {word.lower()[:7] for word in re.findall(r"[A-Za-z]{4,}", sentence)}  # a stem: "correctness" finds correct_
+    words = {w.lower()[:7] for w in re.findall(r"[A-Za-z]{4,}", sentence) if w.lower() not in STOP}  # a stem
     return "|".join(sorted(words)) or None
 
 
