@@ -8,11 +8,13 @@ marked by an HTML comment line before it (or as its first line):
   shown (0.24 is held by 0.2411, by 0.235 and by a printed "0.24×"): a figure with a unit (or in a table column whose
   header names one) by a numeric value whose key names that kind of quantity (GiB: peak_gib, peak, bytes...; s:
   quiet_s, seconds, times...; ×: ratio, slowdown...) or by a printed line; a change "a -> b" by one row (a JSON
-  object, the file's top-level values, or one printed line) holding both ends; a range "a-b" or "a to b" end by end.
-  Every other number of the block must be a numeric value or in a printed line of those files (keys hold none).
+  object, the file's top-level values, or one printed line) holding both ends; a range "a-b" or "a to b" end by end;
+  a figure without a unit by a value whose key holds a word of its sentence (in a table: of its column's header or
+  its row's first cell). Every other number of the block must be a numeric value or in a printed line of those files
+  (keys hold none).
 - `<!-- not measured: REASON -->`: the block's numbers look like figures but are settings, limits or arithmetic.
-An unmarked block with a figure (a number with a unit of memory, time, speed or ratio, an "a -> b" change, a test
-count, or a table cell that is a bare decimal) is a figure without its results file.
+An unmarked block with a figure (a number with a unit of memory, time, speed or ratio, an "a -> b" change, two
+decimals joined by "to", a test count, or a table cell that is a bare decimal) is a figure without its results file.
 """
 
 from __future__ import annotations
