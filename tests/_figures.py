@@ -14,7 +14,8 @@ marked by an HTML comment line before it (or as its first line):
   (keys hold none).
 - `<!-- not measured: REASON -->`: the block's numbers look like figures but are settings, limits or arithmetic.
 An unmarked block with a figure (a number with a unit of memory, time, speed or ratio, an "a -> b" change, two
-decimals joined by "to", a test count, or a table cell that is a bare decimal) is a figure without its results file.
+decimals joined by "to" or a dash, a test count, or a table cell that is a bare decimal) is a figure without its
+results file.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ DECIMAL = r"\d+\.\d+"
 FIGURE = re.compile(
     rf"(?<![\w.]){NUM}(?:\s*(?:[-–]|to)\s*{NUM})?(?:×|\s*(?:(?:{UNIT})(?![A-Za-z])|(?:passed|failed|skipped)\b))"
     rf"|(?<![\w.]){NUM}\s*(?:->|→)\s*{NUM}"
-    rf"|(?<![\w.]){DECIMAL}\s+to\s+{DECIMAL}(?!\.?\d)"  # "from 0.00 to 1.00", "0.31 to 0.52": a change or a range
+    rf"|(?<![\w.]){DECIMAL}\s*(?:to|[-–])\s*{DECIMAL}(?!\.?\d)"  # "from 0.00 to 1.00", "0.29-0.98": a change or a range
 )
 CHANGE = re.compile(r"->|→")
 RANGE = re.compile(r"(?<=\d)\s*(?:[-–]|to)\s*(?=\d)")

@@ -46,10 +46,11 @@ def test_not_measured_marks_give_their_reason():
 def test_figures_are_found_in_prose_and_tables_and_settings_in_code_are_not():
     found = F.figures("peak 5.35 GiB, 85.3 s (0.76×); 0.344 → 0.594; 44 passed; 8 × 512 tokens; TRL 1.16; `128 MiB`")
     assert found == ["5.35 GiB", "85.3 s", "0.76×", "0.344 → 0.594", "44 passed"]
-    assert F.figures("go from 0.00 to 1.00; accuracy 0.31 to 0.52; 45.0 to 46.2 s; from 3 to 5 layers") == [
+    assert F.figures("go from 0.00 to 1.00; accuracy 0.31 to 0.52; 45.0 to 46.2 s; from 3 to 5 layers; 0.29-0.98") == [
         "0.00 to 1.00",
         "0.31 to 0.52",
         "45.0 to 46.2 s",
+        "0.29-0.98",
     ]
     assert F.figures("| 8b | 8 × 8192 | stock | 50.80 | **0.78** |") == ["50.80", "**0.78**"]
     assert F.figures("Qwen2.5-7B, H100, 8b, vllm 0.32.1, [page](memory.md#v-152k)") == []
