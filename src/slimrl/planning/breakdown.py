@@ -34,7 +34,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, field, replace
 
-from . import terms
+from . import levers, terms
 from .run import RunShape
 from .shapes import ModelShape
 from .terms import MiB, head_rows, scored_tokens
@@ -212,6 +212,7 @@ def render(p: MemoryPlan) -> str:
         f"({100 * p.peak_bytes / p.device_bytes:.0f}% of it)",
     ]
     lines += [f"  note: {n}" for n in p.notes]
+    lines += levers.describe(p)
     if not p.fits:
         options = suggestions(p)
         fitting = [(change, q) for change, q in options if q.fits]

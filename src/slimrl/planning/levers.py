@@ -9,6 +9,10 @@ step's rows in TRL's one forward with the untiled MLP, and so does the plan; so 
 Worst case, as everywhere in the plan: every row is prompt + completion tokens long. "auto" groups are then sized by
 the token budget alone; the cap "auto" also takes from free memory at run time only lowers them where memory is
 short, which a plan that fits does not model.
+
+`describe(plan)`: the "long-context levers" block `slimrl plan` prints: row groups, tiled MLP, offload and
+padding-free, each on or off for this plan and why (offload stays opt-in: the plan names it among the settings that
+fit when it is one).
 """
 
 from __future__ import annotations
@@ -32,6 +36,16 @@ def settings(algorithm: str, fields: dict) -> tuple:
     rows = fields.get(rules.ROWS_FIELD, defaults[rules.ROWS_FIELD])
     tiled = fields.get(rules.TILED_MLP_FIELD, defaults[rules.TILED_MLP_FIELD])
     return rules.validate_rows_per_group(rows), _validated_tiling(tiled)
+
+
+def padding_free_setting(algorithm: str, fields: dict):
+    """The `slimrl_padding_free` setting (False where it does not apply)."""
+    if algorithm not in GROUPED or not available():
+        return False
+    from ..patches import row_groups_rules as rules
+
+    default = dict(rules.FIELDS)[rules.PADDING_FREE_FIELD]
+    return rules.validate_padding_free(fields.get(rules.PADDING_FREE_FIELD, default))
 
 
 def _validated_tiling(value):
@@ -63,3 +77,69 @@ def mlp_shard_tokens(setting, hidden: int, intermediate: int, call_tokens: int, 
     from ..models.tiled_mlp import TiledMLPState
 
     return TiledMLPState(setting, hidden, intermediate).shard_tokens(call_tokens, activation_bytes) or 0
+
+
+def _row_groups_line(r) -> str:
+    if r.algorithm not in GROUPED or not available():
+        return "off: TRL's one forward over the micro-batch (row groups are GRPO/RLOO's)"
+    if r.rows_per_group is False:
+        return "off: slimrl_rows_per_group=False (TRL's one forward over the micro-batch)"
+    from ..ops.row_groups import AUTO_GROUP_TOKENS
+
+    tokens = r.prompt_length + r.completion_length
+    why = (
+        f"auto: up to {AUTO_GROUP_TOKENS:,} tokens a group, rows of {tokens:,}"
+        if r.rows_per_group == "auto"
+        else f"{r.rows_per_group} rows a group"
+    )
+    if r.policy_rows >= r.batch:
+        return f"on, one group of {r.batch} rows ({why})"
+    return f"on: {r.policy_rows} of {r.batch} rows a forward and backward ({why})"
+
+
+def _tiled_mlp_line(m, r, tokens: int) -> str:
+    if r.tiled_mlp is False:
+        return "off" + (": slimrl_tiled_mlp=False" if r.algorithm in GROUPED and available() else "")
+    shard = mlp_shard_tokens(r.tiled_mlp, m.hidden, m.intermediate, tokens, r.act_bytes)
+    if shard:
+        return f"on: MLP shards of {shard:,} tokens in the recompute (setting {r.tiled_mlp!r})"
+    from ..models.tiled_mlp import auto_threshold_tokens
+
+    start = max(m.hidden + 1, auto_threshold_tokens(m.intermediate, r.act_bytes))
+    return f"off: 'auto' tiles forwards of {start:,} tokens or more, one here holds {tokens:,}"
+
+
+def _offload_line(m, r) -> str:
+    if r.checkpointing == "offload":
+        from .terms import GiB, offloaded_inputs
+
+        host = offloaded_inputs(m, r).bytes / GiB
+        return (
+            f"on: block inputs in host memory, {host:.2f} GiB of it (use_gradient_checkpointing='offload')"
+            if r.device == "cuda"
+            else "asked, but a CPU run has no device memory to free: costs what checkpointing does"
+        )
+    if r.checkpointing is False:
+        return "off: no gradient checkpointing (nothing saved to offload)"
+    return "off: opt-in, use_gradient_checkpointing='offload' (named below when it is what fits)"
+
+
+def _padding_free_line(r) -> str:
+    if r.padding_free is False:
+        return "off" + (": slimrl_padding_free=False" if r.algorithm in GROUPED and available() else "")
+    why = "auto: unless dropout is active" if r.padding_free == "auto" else "True"
+    return f"on ({why}): all-padding columns skipped; the plan counts rows at full length"
+
+
+def describe(p) -> list[str]:
+    """The plan's "long-context levers" block: which are on for this plan, and why (`slimrl plan` prints it)."""
+    from .terms import policy_tokens
+
+    m, r = p.model, p.run
+    rows = [
+        ("row groups", _row_groups_line(r)),
+        ("tiled MLP", _tiled_mlp_line(m, r, policy_tokens(r))),
+        ("offload", _offload_line(m, r)),
+        ("padding-free", _padding_free_line(r)),
+    ]
+    return ["  long-context levers"] + [f"    {name:<14}{text}" for name, text in rows]

@@ -189,12 +189,26 @@ def recompute(m: ModelShape, r: RunShape) -> Part:
     return part(n, text, _activation_tensor(m, r, tokens))
 
 
+def offload_host_bytes(num_layers: int, hidden: int, act_bytes: int, tokens: int) -> Part:
+    """Host memory the offloader's pool holds for one forward of `tokens` tokens (slimrl.models.offload): every
+    block input but the newest KEEP_LAST in a host buffer of its own, rounded up to a power of two (HostPool), none
+    for inputs under MIN_BYTES (they stay on the device). One owner of this figure: the plan's note and the host-RAM
+    check at trainer set-up (slimrl.patches.offload_checks) both read it."""
+    from ..models.offload import KEEP_LAST, MIN_BYTES
+
+    tensor = tokens * hidden * act_bytes
+    buffers = max(num_layers - KEEP_LAST, 0)
+    if tensor < MIN_BYTES or not buffers:
+        return Part(0)
+    capacity = 1 << (tensor - 1).bit_length()
+    text = f"{buffers} layers x pow2({tokens:,} tokens x {hidden} x {act_bytes} B) = {buffers} x {_mib(capacity)}"
+    return Part(buffers * capacity, text)
+
+
 def offloaded_inputs(m: ModelShape, r: RunShape) -> Part:
-    """Host memory holding the offloaded block inputs (CUDA "offload")."""
+    """Host memory holding the offloaded block inputs (CUDA "offload"): one policy forward's (a row group's)."""
     if r.checkpointing == "offload" and r.device == "cuda":
-        tokens = policy_tokens(r)
-        n = tokens * m.num_layers * m.hidden * r.act_bytes
-        return Part(n, f"{tokens:,} tokens x {m.num_layers} layers x H x a")
+        return offload_host_bytes(m.num_layers, m.hidden, r.act_bytes, policy_tokens(r))
     return Part(0)
 
 
