@@ -24,6 +24,7 @@ __all__ = [
     "PPOTrainer",
     "SafeInterrupt",
     "plan",
+    "longest_completion",
     "describe",
     "base_as_teacher",
     "__version__",
@@ -107,6 +108,10 @@ def __getattr__(name):
         from .planning import plan
 
         return plan
+    if name == "longest_completion":
+        from .planning.longest import longest_completion
+
+        return longest_completion
     if name == "base_as_teacher":  # a LoRA student's base, adapter disabled, as its distillation teacher
         from .models.teacher import base_as_teacher
 
