@@ -110,6 +110,7 @@ class MemoryPlan:
             "fits": self.fits,
             "carried_heap_bytes": self.carried_heap,
             "heap_phase": self.heap_phase,
+            "host_offload_bytes": terms.offloaded_inputs(self.model, self.run).bytes,
             "device_bytes": self.device_bytes,
             "device": self.device_label,
             "resident": {t.name: t.bytes for t in self.resident},

@@ -189,16 +189,20 @@ def recompute(m: ModelShape, r: RunShape) -> Part:
     return part(n, text, _activation_tensor(m, r, tokens))
 
 
-def offload_host_bytes(num_layers: int, hidden: int, act_bytes: int, tokens: int) -> Part:
+def offload_host_bytes(
+    num_layers: int, hidden: int, act_bytes: int, tokens: int, keep_last: int | None = None, min_bytes=None
+) -> Part:
     """Host memory the offloader's pool holds for one forward of `tokens` tokens (slimrl.models.offload): every
-    block input but the newest KEEP_LAST in a host buffer of its own, rounded up to a power of two (HostPool), none
-    for inputs under MIN_BYTES (they stay on the device). One owner of this figure: the plan's note and the host-RAM
-    check at trainer set-up (slimrl.patches.offload_checks) both read it."""
+    block input but the newest `keep_last` in a host buffer of its own, rounded up to a power of two (HostPool), none
+    for inputs under `min_bytes` (they stay on the device); both default to the offloader's defaults. One owner of
+    this figure: the plan (its note and JSON) and the host-memory check at trainer set-up
+    (slimrl.patches.offload_checks) both read it."""
     from ..models.offload import KEEP_LAST, MIN_BYTES
 
+    keep_last, min_bytes = KEEP_LAST if keep_last is None else keep_last, MIN_BYTES if min_bytes is None else min_bytes
     tensor = tokens * hidden * act_bytes
-    buffers = max(num_layers - KEEP_LAST, 0)
-    if tensor < MIN_BYTES or not buffers:
+    buffers = max(num_layers - keep_last, 0)
+    if tensor < min_bytes or not buffers or not tensor:
         return Part(0)
     capacity = 1 << (tensor - 1).bit_length()
     text = f"{buffers} layers x pow2({tokens:,} tokens x {hidden} x {act_bytes} B) = {buffers} x {_mib(capacity)}"
