@@ -213,7 +213,7 @@ def render(p: MemoryPlan) -> str:
         f"({100 * p.peak_bytes / p.device_bytes:.0f}% of it)",
     ]
     lines += [f"  note: {n}" for n in p.notes]
-    lines += levers.describe(p)
+    lines += levers.describe(p, terms.policy_tokens(p.run), terms.offloaded_inputs(p.model, p.run).bytes)
     if not p.fits:
         options = suggestions(p)
         fitting = [(change, q) for change, q in options if q.fits]

@@ -109,13 +109,11 @@ def _tiled_mlp_line(m, r, tokens: int) -> str:
     return f"off: 'auto' tiles forwards of {start:,} tokens or more, one here holds {tokens:,}"
 
 
-def _offload_line(m, r) -> str:
+def _offload_line(r, host_bytes: int) -> str:
     if r.checkpointing == "offload":
-        from .terms import GiB, offloaded_inputs
-
-        host = offloaded_inputs(m, r).bytes / GiB
         return (
-            f"on: block inputs in host memory, {host:.2f} GiB of it (use_gradient_checkpointing='offload')"
+            f"on: block inputs in host memory, {host_bytes / 1024**3:.2f} GiB of it "
+            "(use_gradient_checkpointing='offload')"
             if r.device == "cuda"
             else "asked, but a CPU run has no device memory to free: costs what checkpointing does"
         )
@@ -131,15 +129,14 @@ def _padding_free_line(r) -> str:
     return f"on ({why}): all-padding columns skipped; the plan counts rows at full length"
 
 
-def describe(p) -> list[str]:
-    """The plan's "long-context levers" block: which are on for this plan, and why (`slimrl plan` prints it)."""
-    from .terms import policy_tokens
-
+def describe(p, tokens: int, host_bytes: int) -> list[str]:
+    """The plan's "long-context levers" block: which are on for this plan, and why (`slimrl plan` prints it); `tokens`:
+    one policy forward's, `host_bytes`: the offloaded inputs' (planning/terms.py)."""
     m, r = p.model, p.run
     rows = [
         ("row groups", _row_groups_line(r)),
-        ("tiled MLP", _tiled_mlp_line(m, r, policy_tokens(r))),
-        ("offload", _offload_line(m, r)),
+        ("tiled MLP", _tiled_mlp_line(m, r, tokens)),
+        ("offload", _offload_line(r, host_bytes)),
         ("padding-free", _padding_free_line(r)),
     ]
     return ["  long-context levers"] + [f"    {name:<14}{text}" for name, text in rows]
