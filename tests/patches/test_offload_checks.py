@@ -112,3 +112,10 @@ def test_the_plans_json_holds_the_host_figure():
     kept = plan(config, fields, "grpo", use_gradient_checkpointing=True, **common).to_dict()
     # one row a group: 4,608 tokens x 256 x 2 B = 2.25 MiB -> 4 MiB buffers, 3 layers of 4
     assert offloaded["host_offload_bytes"] == 3 * 4 * 2**20 and kept["host_offload_bytes"] == 0
+    saved = "saved activations"
+    assert offloaded["phases"]["policy backward"][saved] == 2 * 4608 * 256 * 2  # the one in use and the next
+    assert kept["phases"]["policy backward"][saved] == 4 * 4608 * 256 * 2
+    one = {**fields, "max_completion_length": 512, "per_device_train_batch_size": 1}
+    short = plan(config, one, "grpo", use_gradient_checkpointing="offload", **common).to_dict()
+    # 1 row x 1,024 tokens x 256 x 2 B = 0.5 MiB, under MIN_BYTES: the offloader moves nothing, and the plan says so
+    assert short["host_offload_bytes"] == 0 and short["phases"]["policy backward"][saved] == 4 * 1024 * 256 * 2

@@ -16,7 +16,8 @@ The formulas (module docstring of slimrl.planning.plan says how they combine int
   gate/up counted once when activations are fp32 too) and 4 B x r per module (its A output); full fine-tuning keeps
   a x (4H + I) (each norm's output and normalized input, the down projection's input). With checkpointing: a x H
   per token and layer (the block input) plus one block's full set during its recompute; "offload" moves the block
-  inputs to host memory (CUDA).
+  inputs to host memory (CUDA) but two (the one in use and the newest kept or the next prefetched), and none under
+  slimrl.models.offload.MIN_BYTES; on the host each is a power-of-two pool buffer (offload_host_bytes).
 - policy tokens: b x T (online), 2b x T (DPO/ORPO/CPO: chosen and rejected), b x T (KTO); shared prefix: the
   distinct prompts' P once each plus b x C.
 - log-prob head (slimrl.ops.lean_logprob, CPU): n = scored tokens (b x C; 2b x C paired) cut into k row chunks
@@ -52,7 +53,7 @@ CUDA_CONTEXT_BYTES = int(0.5 * GiB)  # CUDA context + cuBLAS/cuDNN workspaces, o
 TRITON_TOKEN_CHUNK, TRITON_VOCAB_TILE = 4096, 32768  # TRL's ChunkedLogProbFunction tiles (CUDA)
 FOUR_BIT_BYTES = 0.5625
 MLP_GRADIENTS = 2  # [N, I] gradients alive beside the recomputed MLP tensors in a block's backward
-OFFLOAD_DEVICE_LAYERS = 1  # an offloaded block input is back on the device while its block recomputes
+OFFLOAD_DEVICE_LAYERS = 2  # offload's device share: the block input in use and the next (kept newest, or prefetched)
 
 
 def _mib(n: float) -> str:
@@ -163,9 +164,10 @@ def saved_activations(m: ModelShape, r: RunShape) -> Part:
     if r.checkpointing is False:
         per = per_token_layer_bytes(m, r)
         return part(tokens * m.num_layers * per, f"{tokens:,} tokens x {m.num_layers} layers x {per:,} B", tensor)
-    if r.checkpointing == "offload" and r.device == "cuda":
-        n = OFFLOAD_DEVICE_LAYERS * tokens * m.hidden * r.act_bytes
-        return Part(n, f"block inputs offloaded to host memory but {OFFLOAD_DEVICE_LAYERS}: {tokens:,} tokens x H x a")
+    if r.checkpointing == "offload" and r.device == "cuda" and offloaded_inputs(m, r).bytes:
+        layers = min(OFFLOAD_DEVICE_LAYERS, m.num_layers)
+        n = layers * tokens * m.hidden * r.act_bytes
+        return Part(n, f"block inputs offloaded to host memory but {layers}: {tokens:,} tokens x H x a")
     n = tokens * m.num_layers * m.hidden * r.act_bytes
     return part(n, f"{tokens:,} tokens x {m.num_layers} layers x H x a", tensor)
 
