@@ -36,6 +36,8 @@ def test_settings_switch_them_and_the_block_follows():
     assert block["tiled MLP"].startswith("on: MLP shards of")
     assert block["offload"].startswith("on: block inputs in host memory")
     assert block["padding-free"] == "off: slimrl_padding_free=False"
+    # one row a group: 8,704 tokens x 32 x 2 B = 0.53 MiB a block input, under the offloader's 1 MiB: nothing moves
+    assert _block(use_gradient_checkpointing="offload")["offload"].startswith("on, moving nothing")
 
 
 def test_offline_algorithms_have_no_row_groups():

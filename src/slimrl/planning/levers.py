@@ -110,9 +110,11 @@ def _tiled_mlp_line(m, r, tokens: int) -> str:
 
 
 def _offload_line(r, host_bytes: int) -> str:
+    if r.checkpointing == "offload" and r.device == "cuda" and not host_bytes:
+        return "on, moving nothing: block inputs under the offloader's min_bytes stay on the device"
     if r.checkpointing == "offload":
         return (
-            f"on: block inputs in host memory, {host_bytes / 1024**3:.2f} GiB of it "
+            f"on: block inputs in host memory, {host_bytes / 1024**2:,.0f} MiB of it "
             "(use_gradient_checkpointing='offload')"
             if r.device == "cuda"
             else "asked, but a CPU run has no device memory to free: costs what checkpointing does"

@@ -136,13 +136,17 @@ def longest_completion(
     }
 
 
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
 def render_longest(result: dict) -> str:
     """The lines `slimrl plan --longest` prints."""
     if not result["longest_completion"]:
         return f"  longest completion: none fits ({result['reason']})"
     lines = [
-        f"  longest completion that fits: {result['longest_completion']:,} tokens a row x {result['rows']} rows "
-        f"(prompt {result['prompt_length']:,}; {result['group_rows']} rows a forward), planned peak "
+        f"  longest completion that fits: {result['longest_completion']:,} tokens a row x {_rows(result['rows'])} "
+        f"(prompt {result['prompt_length']:,}; {_rows(result['group_rows'])} a forward), planned peak "
         f"{result['peak_bytes'] / GiB:.2f} of {result['device_bytes'] / GiB:.2f} GiB; "
         f"{result['field']}={result['value']}",
         f"    every multiple of {result['resolution']:,} up to {result['maximum']:,} planned; {result['reason']}",
@@ -153,5 +157,6 @@ def render_longest(result: dict) -> str:
             f"longer ones do not"
         )
     if result["host_offload_bytes"]:
-        lines.append(f"    offload holds {result['host_offload_bytes'] / GiB:.2f} GiB of host memory at that length")
+        host = result["host_offload_bytes"] / 2**20
+        lines.append(f"    offload holds {host:,.0f} MiB of host memory at that length")
     return "\n".join(lines)
