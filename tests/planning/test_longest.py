@@ -104,3 +104,18 @@ def test_plan_command_longest_prints_it_and_puts_it_in_the_json(tmp_path, capsys
     assert main([*argv, "--device_memory_gb", "0.1", "--json"]) == 1
     result = json.loads(capsys.readouterr().out)
     assert result["longest_completion"]["longest_completion"] == 0 and result["fits"] is False
+
+
+def test_offline_algorithms_scan_max_length_minus_the_prompt():
+    """DPO: the completion part of `max_length`; the answer is the field's value, prompt included."""
+    config, prompt = _config(), 256
+    common = dict(device="cuda", prompt_length=prompt, dtype="bfloat16", use_gradient_checkpointing=True)
+    at = plan(config, {"max_length": prompt + 2048}, "dpo", device_memory_gb=1.0, **common).peak_bytes
+    fits = [
+        c
+        for c in range(512, 8193, 512)
+        if plan(config, {"max_length": prompt + c}, "dpo", device_memory_gb=at / GiB, **common).fits
+    ]
+    result = longest_completion(config, {}, "dpo", resolution=512, maximum=8192, device_memory_gb=at / GiB, **common)
+    assert result["longest_completion"] == max(fits) >= 2048 and max(fits) < 8192
+    assert result["field"] == "max_length" and result["value"] == prompt + max(fits)
