@@ -8,7 +8,12 @@ import pytest
 import torch
 
 from slimrl import PatchFastRL
-from slimrl.models.checkpointing import checkpointing_mode, configure_offload, offloaded_checkpoint
+from slimrl.models.checkpointing import (
+    apply_checkpointing,
+    checkpointing_mode,
+    configure_offload,
+    offloaded_checkpoint,
+)
 from slimrl.models.offload import ActivationOffloader
 from slimrl.patches import offload_checks
 from slimrl.planning import plan
@@ -81,12 +86,12 @@ def _grpo_trainer(tmp_path):
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    model = tiny_llama(seed=0, hidden_size=32, num_layers=3)
+    model = apply_checkpointing(tiny_llama(seed=0, hidden_size=32, num_layers=3), "offload")  # get_peft_model's way
     configure_offload(model, host_tensors=True)  # a CPU run whose offload moves the layer inputs, as CUDA's does
     return GRPOTrainer(
         model=model,
         reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-        args=_args(tmp_path, gradient_checkpointing=True, gradient_checkpointing_kwargs={"offload": True}),
+        args=_args(tmp_path, gradient_checkpointing=True),
         train_dataset=Dataset.from_list([{"prompt": "what is 1 plus 2"}] * 4),
         processing_class=tiny_tokenizer(),
     )
