@@ -24,6 +24,7 @@ __all__ = [
     "PPOTrainer",
     "SafeInterrupt",
     "plan",
+    "longest_completion",
     "describe",
     "config_rules",
     "base_as_teacher",
@@ -52,6 +53,7 @@ _HOMES = {
     "config_rules": ".patches.config_ranges",  # the range of every numeric config field slimrl checks (no TRL)
     "SafeInterrupt": ".training.interrupt",
     "plan": ".planning",
+    "longest_completion": ".planning.longest",  # the longest completion whose planned step fits (slimrl plan --longest)
     "base_as_teacher": ".models.teacher",  # a LoRA student's base, adapter disabled, as its distillation teacher
     "apply_checkpointing": ".models.checkpointing",  # a model's checkpointing mode, changed after loading
     "checkpointing_mode": ".models.checkpointing",

@@ -43,6 +43,17 @@ def validate_rows_per_group(value):
     raise ValueError(f"{ROWS_FIELD} must be 'auto', False or a positive number of rows, got {value!r}.")
 
 
+PADDING_FREE_FIELD = "slimrl_padding_free"  # each row group forwarded without its all-padding columns
+PADDING_FREE_DEFAULT = AUTO
+
+
+def validate_padding_free(value):
+    """The one validator of `slimrl_padding_free`: "auto" | True | False."""
+    if value is True or value is False or value == AUTO:
+        return value
+    raise ValueError(f"{PADDING_FREE_FIELD} must be 'auto', True or False, got {value!r}.")
+
+
 def row_lengths(attention_mask: torch.Tensor) -> list[int]:
     """Real (unmasked) tokens of each row."""
     return attention_mask.sum(dim=1).tolist()

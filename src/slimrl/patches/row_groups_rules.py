@@ -23,25 +23,24 @@ several GPUs, LOMO optimizers that step inside the backward).
 from __future__ import annotations
 
 from ..models.tiled_mlp import TILED_MLP_DEFAULT, TILED_MLP_FIELD, validate_tiled_mlp
-from ..ops.row_groups import ROWS_DEFAULT, ROWS_FIELD, validate_rows_per_group
+from ..ops.row_groups import (
+    PADDING_FREE_DEFAULT,
+    PADDING_FREE_FIELD,
+    ROWS_DEFAULT,
+    ROWS_FIELD,
+    validate_padding_free,
+    validate_rows_per_group,
+)
 from .shared_prefix_rules import MULTIMODAL_ARGS
 
 AUTO = "auto"
-PADDING_FREE_FIELD = "slimrl_padding_free"
 FIELDS = (
     (ROWS_FIELD, ROWS_DEFAULT),
-    (PADDING_FREE_FIELD, AUTO),
+    (PADDING_FREE_FIELD, PADDING_FREE_DEFAULT),
     (TILED_MLP_FIELD, TILED_MLP_DEFAULT),
 )  # (name, default)
 DROPOUT_REASON = "active dropout: other rows per forward would draw other dropout masks than stock"
 STEPPING_OPTIMIZERS = ("lomo", "adalomo")
-
-
-def validate_padding_free(value):
-    """The one validator of `slimrl_padding_free`: "auto" | True | False."""
-    if value is True or value is False or value == AUTO:
-        return value
-    raise ValueError(f"{PADDING_FREE_FIELD} must be 'auto', True or False, got {value!r}.")
 
 
 def dropout_problem(trainer, model, setting) -> str | None:

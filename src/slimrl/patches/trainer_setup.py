@@ -39,6 +39,7 @@ from . import precision
 from .compat import ARGUMENT_ALIASES, move_trainer_kwargs, take_alias
 from .config_setup import config_default_patches, config_defaults, config_init_maker, config_post_init_maker
 from .family import Family, SetupCall
+from .offload_checks import check_trainer_offload
 from .resume_checks import resume_check_patch
 from .seams import Patch
 
@@ -170,6 +171,7 @@ def _after_init(trainer) -> None:
         )
         kwargs = checkpoint_kwargs_of(trainer.args)
         apply_checkpointing(trainer.model, "offload", kwargs, kwargs.get("every_n_layers", 1))
+    check_trainer_offload(trainer)  # host memory for the offloaded layer inputs, before the first step
 
 
 def trainer_init_maker(family: Family):

@@ -34,7 +34,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, field, replace
 
-from . import terms
+from . import levers, terms
 from .run import RunShape
 from .shapes import ModelShape
 from .terms import MiB, head_rows, scored_tokens
@@ -110,6 +110,7 @@ class MemoryPlan:
             "fits": self.fits,
             "carried_heap_bytes": self.carried_heap,
             "heap_phase": self.heap_phase,
+            "host_offload_bytes": terms.offloaded_inputs(self.model, self.run).bytes,
             "device_bytes": self.device_bytes,
             "device": self.device_label,
             "resident": {t.name: t.bytes for t in self.resident},
@@ -212,6 +213,7 @@ def render(p: MemoryPlan) -> str:
         f"({100 * p.peak_bytes / p.device_bytes:.0f}% of it)",
     ]
     lines += [f"  note: {n}" for n in p.notes]
+    lines += levers.describe(p, terms.policy_tokens(p.run), terms.offloaded_inputs(p.model, p.run).bytes)
     if not p.fits:
         options = suggestions(p)
         fitting = [(change, q) for change, q in options if q.fits]

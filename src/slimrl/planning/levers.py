@@ -10,6 +10,10 @@ GRPO/RLOO.
 Worst case, as everywhere in the plan: every row is prompt + completion tokens long. "auto" groups are then sized by
 the token budget alone; the cap "auto" also takes from free memory at run time only lowers them where memory is
 short, which a plan that fits does not model.
+
+`describe(plan)`: the "long-context levers" block `slimrl plan` prints: row groups, tiled MLP, offload and
+padding-free, each on or off for this plan and why (offload stays opt-in: the plan names it among the settings that
+fit when it is one).
 """
 
 from __future__ import annotations
@@ -36,6 +40,15 @@ def settings(algorithm: str, fields: dict) -> tuple:
     return validate_rows_per_group(rows), validate_tiled_mlp(fields.get(TILED_MLP_FIELD, TILED_MLP_DEFAULT))
 
 
+def padding_free_setting(algorithm: str, fields: dict):
+    """The `slimrl_padding_free` setting (False where it does not apply)."""
+    if algorithm not in GROUPED or not available():
+        return False
+    from ..ops.row_groups import PADDING_FREE_DEFAULT, PADDING_FREE_FIELD, validate_padding_free
+
+    return validate_padding_free(fields.get(PADDING_FREE_FIELD, PADDING_FREE_DEFAULT))
+
+
 def group_rows(setting, rows: int, row_tokens: int) -> int:
     """Rows of the largest group a micro-batch of `rows` rows of `row_tokens` tokens is scored in."""
     if setting is False or rows <= 1:
@@ -59,3 +72,68 @@ def mlp_shard_tokens(setting, hidden: int, intermediate: int, call_tokens: int, 
     from ..models.tiled_mlp import TiledMLPState
 
     return TiledMLPState(setting, hidden, intermediate).shard_tokens(call_tokens, activation_bytes) or 0
+
+
+def _row_groups_line(r) -> str:
+    if r.algorithm not in GROUPED or not available():
+        return "off: TRL's one forward over the micro-batch (row groups are GRPO/RLOO's)"
+    if r.rows_per_group is False:
+        return "off: slimrl_rows_per_group=False (TRL's one forward over the micro-batch)"
+    from ..ops.row_groups import AUTO_GROUP_TOKENS
+
+    tokens = r.prompt_length + r.completion_length
+    why = (
+        f"auto: up to {AUTO_GROUP_TOKENS:,} tokens a group, rows of {tokens:,}"
+        if r.rows_per_group == "auto"
+        else f"{r.rows_per_group} rows a group"
+    )
+    if r.policy_rows >= r.batch:
+        return f"on, one group of {r.batch} rows ({why})"
+    return f"on: {r.policy_rows} of {r.batch} rows a forward and backward ({why})"
+
+
+def _tiled_mlp_line(m, r, tokens: int) -> str:
+    if r.tiled_mlp is False:
+        return "off" + (": slimrl_tiled_mlp=False" if r.algorithm in GROUPED and available() else "")
+    shard = mlp_shard_tokens(r.tiled_mlp, m.hidden, m.intermediate, tokens, r.act_bytes)
+    if shard:
+        return f"on: MLP shards of {shard:,} tokens in the recompute (setting {r.tiled_mlp!r})"
+    from ..models.tiled_mlp import auto_threshold_tokens
+
+    start = max(m.hidden + 1, auto_threshold_tokens(m.intermediate, r.act_bytes))
+    return f"off: 'auto' tiles forwards of {start:,} tokens or more, one here holds {tokens:,}"
+
+
+def _offload_line(r, host_bytes: int) -> str:
+    if r.checkpointing == "offload" and r.device == "cuda" and not host_bytes:
+        return "on, moving nothing: block inputs under the offloader's min_bytes stay on the device"
+    if r.checkpointing == "offload":
+        return (
+            f"on: block inputs in host memory, {host_bytes / 1024**2:,.0f} MiB of it "
+            "(use_gradient_checkpointing='offload')"
+            if r.device == "cuda"
+            else "asked, but a CPU run has no device memory to free: costs what checkpointing does"
+        )
+    if r.checkpointing is False:
+        return "off: no gradient checkpointing (nothing saved to offload)"
+    return "off: opt-in, use_gradient_checkpointing='offload' (named below when it is what fits)"
+
+
+def _padding_free_line(r) -> str:
+    if r.padding_free is False:
+        return "off" + (": slimrl_padding_free=False" if r.algorithm in GROUPED and available() else "")
+    why = "auto: unless dropout is active" if r.padding_free == "auto" else "True"
+    return f"on ({why}): all-padding columns skipped; the plan counts rows at full length"
+
+
+def describe(p, tokens: int, host_bytes: int) -> list[str]:
+    """The plan's "long-context levers" block: which are on for this plan, and why (`slimrl plan` prints it); `tokens`:
+    one policy forward's, `host_bytes`: the offloaded inputs' (planning/terms.py)."""
+    m, r = p.model, p.run
+    rows = [
+        ("row groups", _row_groups_line(r)),
+        ("tiled MLP", _tiled_mlp_line(m, r, tokens)),
+        ("offload", _offload_line(r, host_bytes)),
+        ("padding-free", _padding_free_line(r)),
+    ]
+    return ["  long-context levers"] + [f"    {name:<14}{text}" for name, text in rows]

@@ -12,7 +12,9 @@ Choices:
    with full fine-tuning a second copy of the weights. DPO/KTO's `precompute_ref_log_probs` removes the per-step
    reference forward.
 4. Row groups and the tiled MLP (GRPO/RLOO): their config fields, resolved by the levers' own rules
-   (slimrl.planning.levers); the policy phases then hold one group's rows, the recompute one MLP shard.
+   (slimrl.planning.levers); the policy phases then hold one group's rows, the recompute one MLP shard. The settings
+   themselves are kept too (the padding-free one only for the plan's text), so a plan at another length resolves
+   its groups by the same rule (slimrl.planning.longest).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ class RunShape:
     device: str  # "cpu" | "cuda"
     group_rows: int = 0  # rows one policy forward and backward holds (row groups; 0: the whole micro-batch)
     tiled_mlp: bool | str | int = False  # the tiled-MLP setting (slimrl.planning.levers resolves its shard)
+    rows_per_group: bool | str | int = False  # the row-groups setting group_rows was resolved from
+    padding_free: bool | str = False  # the padding-free setting (not in the peak: rows are counted at full length)
 
     @property
     def policy_rows(self) -> int:
@@ -172,4 +176,6 @@ def run_shape(
         device=device,
         group_rows=levers.group_rows(rows_setting, batch, prompt + completion),
         tiled_mlp=tiled_setting,
+        rows_per_group=rows_setting,
+        padding_free=levers.padding_free_setting(algorithm, f),
     )

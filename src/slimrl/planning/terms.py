@@ -16,7 +16,8 @@ The formulas (module docstring of slimrl.planning.plan says how they combine int
   gate/up counted once when activations are fp32 too) and 4 B x r per module (its A output); full fine-tuning keeps
   a x (4H + I) (each norm's output and normalized input, the down projection's input). With checkpointing: a x H
   per token and layer (the block input) plus one block's full set during its recompute; "offload" moves the block
-  inputs to host memory (CUDA).
+  inputs to host memory (CUDA) but two (the one in use and the newest kept or the next prefetched), and none under
+  slimrl.models.offload.MIN_BYTES; on the host each is a power-of-two pool buffer (offload_host_bytes).
 - policy tokens: b x T (online), 2b x T (DPO/ORPO/CPO: chosen and rejected), b x T (KTO); shared prefix: the
   distinct prompts' P once each plus b x C.
 - log-prob head (slimrl.ops.lean_logprob, CPU): n = scored tokens (b x C; 2b x C paired) cut into k row chunks
@@ -52,7 +53,7 @@ CUDA_CONTEXT_BYTES = int(0.5 * GiB)  # CUDA context + cuBLAS/cuDNN workspaces, o
 TRITON_TOKEN_CHUNK, TRITON_VOCAB_TILE = 4096, 32768  # TRL's ChunkedLogProbFunction tiles (CUDA)
 FOUR_BIT_BYTES = 0.5625
 MLP_GRADIENTS = 2  # [N, I] gradients alive beside the recomputed MLP tensors in a block's backward
-OFFLOAD_DEVICE_LAYERS = 1  # an offloaded block input is back on the device while its block recomputes
+OFFLOAD_DEVICE_LAYERS = 2  # offload's device share: the block input in use and the next (kept newest, or prefetched)
 
 
 def _mib(n: float) -> str:
@@ -163,9 +164,10 @@ def saved_activations(m: ModelShape, r: RunShape) -> Part:
     if r.checkpointing is False:
         per = per_token_layer_bytes(m, r)
         return part(tokens * m.num_layers * per, f"{tokens:,} tokens x {m.num_layers} layers x {per:,} B", tensor)
-    if r.checkpointing == "offload" and r.device == "cuda":
-        n = OFFLOAD_DEVICE_LAYERS * tokens * m.hidden * r.act_bytes
-        return Part(n, f"block inputs offloaded to host memory but {OFFLOAD_DEVICE_LAYERS}: {tokens:,} tokens x H x a")
+    if r.checkpointing == "offload" and r.device == "cuda" and offloaded_inputs(m, r).bytes:
+        layers = min(OFFLOAD_DEVICE_LAYERS, m.num_layers)
+        n = layers * tokens * m.hidden * r.act_bytes
+        return Part(n, f"block inputs offloaded to host memory but {layers}: {tokens:,} tokens x H x a")
     n = tokens * m.num_layers * m.hidden * r.act_bytes
     return part(n, f"{tokens:,} tokens x {m.num_layers} layers x H x a", tensor)
 
@@ -189,12 +191,30 @@ def recompute(m: ModelShape, r: RunShape) -> Part:
     return part(n, text, _activation_tensor(m, r, tokens))
 
 
+def offload_host_bytes(
+    num_layers: int, hidden: int, act_bytes: int, tokens: int, keep_last: int | None = None, min_bytes=None
+) -> Part:
+    """Host memory the offloader's pool holds for one forward of `tokens` tokens (slimrl.models.offload): every
+    block input but the newest `keep_last` in a host buffer of its own, rounded up to a power of two (HostPool), none
+    for inputs under `min_bytes` (they stay on the device); both default to the offloader's defaults. One owner of
+    this figure: the plan (its note and JSON) and the host-memory check at trainer set-up
+    (slimrl.patches.offload_checks) both read it."""
+    from ..models.offload import KEEP_LAST, MIN_BYTES
+
+    keep_last, min_bytes = KEEP_LAST if keep_last is None else keep_last, MIN_BYTES if min_bytes is None else min_bytes
+    tensor = tokens * hidden * act_bytes
+    buffers = max(num_layers - keep_last, 0)
+    if tensor < min_bytes or not buffers or not tensor:
+        return Part(0)
+    capacity = 1 << (tensor - 1).bit_length()
+    text = f"{buffers} layers x pow2({tokens:,} tokens x {hidden} x {act_bytes} B) = {buffers} x {_mib(capacity)}"
+    return Part(buffers * capacity, text)
+
+
 def offloaded_inputs(m: ModelShape, r: RunShape) -> Part:
-    """Host memory holding the offloaded block inputs (CUDA "offload")."""
+    """Host memory holding the offloaded block inputs (CUDA "offload"): one policy forward's (a row group's)."""
     if r.checkpointing == "offload" and r.device == "cuda":
-        tokens = policy_tokens(r)
-        n = tokens * m.num_layers * m.hidden * r.act_bytes
-        return Part(n, f"{tokens:,} tokens x {m.num_layers} layers x H x a")
+        return offload_host_bytes(m.num_layers, m.hidden, r.act_bytes, policy_tokens(r))
     return Part(0)
 
 
