@@ -11,24 +11,34 @@ bench/_gpu_unsloth.py (Unsloth); the peak reading: bench/_gpu_measure.py; the pl
                                                                           # (rows a run skipped for time left out,
                                                                           # each GRPO row planned again by this slimrl)
 
-Presets (flags given on the command line win):
-  quick  8B at 8 x 8192, then 1.5B at 8 x 8192, every GRPO arm, 2 steps each; no search (sized for one 10-minute
-         command: what would not end before --deadline is skipped and said so)
-  full   both models at 8 x 8192 and 8 x 2048 with every arm, 3 steps each; the longest completion of every arm on 8B;
-         DPO/ORPO at 2 x 4096 (many 10-minute commands' worth: give a long --deadline, or split it with
-         --only/--models/--arms into several commands and join their files with --report)
-Output (--out): gpu_memory.json (every row as it comes, with the commit, device and versions), gpu_memory.md (the
-tables), logs/ (each child's stdout and stderr). A killed command keeps the rows it finished; no child starts that
-would not end before --deadline.
+Presets (flags given on the command line win; bench/_gpu_options.py):
+  quick    8B at 8 x 8192, then 1.5B at 8 x 8192, every GRPO arm, 2 steps each; no search (sized for one 10-minute
+           command: what would not end before --deadline is skipped and said so)
+  speed    the speed arms (stock, stock-liger, stock-ga8, slimrl, unsloth, unsloth-ga8; then slimrl's levers one at a
+           time: slimrl-no-speed-levers, slimrl-only-*) at 8B then 1.5B, 8 x 8192, 1 warm-up + 4 timed steps each,
+           stock, slimrl-no-speed-levers and slimrl profiled (--profile); the lever arms run last (--lever-arms-last)
+  longest  the longest 8-row completion of slimrl, stock-ga8 and Unsloth on 8B (bench/_gpu_longest.py), from slimrl's
+           predicted length, to 4096 tokens, then slimrl's one-row probe at 262144
+  full     both models at 8 x 8192 and 8 x 2048 with every arm, 3 steps each; the longest completion of every arm on 8B;
+           DPO/ORPO at 2 x 4096 (many 10-minute commands' worth: give a long --deadline, or split it with
+           --only/--models/--arms into several commands and join their files with --report)
+Output (--out): gpu_memory.json (every row as it comes, with the commit, device and versions, and `profiles`: the
+profiled steps' kernel time by category), gpu_memory.md (the tables), logs/ (each child's stdout and stderr). A
+killed command keeps the rows it finished; no child starts that would not end before --deadline.
 
 Choices:
 * The peak is the whole run's, read the same way in every arm and reset by no one (bench/_gpu_measure.py).
 * Ratios are against the stock arm of the same (model, length, rows); "best stock" is the best of stock,
   stock-offload and stock-ga8. The targets table checks slimrl's stated GPU targets (docs/gpu-and-benchmarks.md)
   for the slimrl arm.
-* Longest completion: galloping search then bisection on multiples of --resolution, one step per probe in a fresh
-  process (bench/_gpu_search.py); out-of-memory and other errors are told apart. --guess-from: GRPO rows at two or
-  more lengths give the first probe.
+* s/step: the median of the timed steps (every step but the first; a profiled step is one more, left out); every
+  step's time is in the row (`step_times`).
+* Arms that cannot run here (Liger or Unsloth without CUDA, no Unsloth environment, a lever this slimrl lacks) are
+  rows with `skipped` and the reason, never left out.
+* Longest completion (bench/_gpu_longest.py): the first probe is slimrl's prediction (made before any probe and
+  kept in the row), then galloping steps and bisection on multiples of --resolution, one step per probe in a fresh
+  process with a --timeout (bench/_gpu_search.py); out-of-memory and other errors are told apart. --guess-from: GRPO
+  rows at two or more lengths give the first probe where there is no prediction.
 * PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in every arm (unless set): the same allocator everywhere.
 """
 

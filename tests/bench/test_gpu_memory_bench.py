@@ -303,16 +303,25 @@ def test_smoke_run_end_to_end(tmp_path):
         timeout=1800,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads((tmp_path / "gpu_memory.json").read_text())["rows"]
+    results = json.loads((tmp_path / "gpu_memory.json").read_text())
+    rows = [r for r in results["rows"] if "skipped" not in r]
+    skipped = {r["arm"] for r in results["rows"] if r.get("skipped")}
+    assert skipped == {"stock-liger", "unsloth-ga8", "slimrl-only-liger", "unsloth"}  # CUDA only: said so, not run
     runs = [r for r in rows if r["kind"] in ("grpo", "pref")]
-    assert len(runs) == 4 + 2 * 3 and all(not r["oom"] and "error" not in r for r in runs)
-    assert all(r["mean_length"] == [16.0, 16.0] for r in runs if r["kind"] == "grpo")  # the forced length
+    assert len(runs) == 7 + 2 * 3 and all(not r["oom"] and "error" not in r for r in runs)
+    assert all(set(r["mean_length"]) == {16.0} for r in runs if r["kind"] == "grpo")  # the forced length
+    assert all(r["timed_steps"] == 4 and len(r["step_times"]) >= 5 for r in runs if r["kind"] == "grpo")
     assert all(r["peak"] >= r["resident"] > 0 for r in runs)
     for kind, trainer in (("grpo", None), ("pref", "dpo"), ("pref", "orpo")):  # the same first step in every arm
         first = [r["losses"][0] for r in runs if r["kind"] == kind and r.get("trainer") == trainer]
         assert all(loss == pytest.approx(first[0], rel=1e-5, abs=1e-7) for loss in first)
     assert all("planned" in r for r in runs if r["kind"] == "grpo")
-    assert [r["longest"] for r in rows if r["kind"] == "bisect"] == [16] * 4
+    searched = [r for r in rows if r["kind"] == "bisect"]
+    assert [(r["arm"], r["longest"]) for r in searched] == [("slimrl", 32), ("stock-ga8", 32)]
+    assert all("predicted_longest" in r and r["host_rss_peak"] for r in searched)
+    assert [r["length"] for r in rows if r.get("single_row") and "error" not in r] == [48]
+    assert sorted(p["arm"] for p in results["profiles"]) == ["slimrl", "stock"]
+    assert all(p["ms"]["gemm"] > 0 and sum(p["share"].values()) == pytest.approx(1) for p in results["profiles"])
     assert len(os.listdir(tmp_path / "logs")) == len([r for r in rows if r["kind"] != "bisect"])
     assert "## Targets" in proc.stdout
 
