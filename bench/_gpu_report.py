@@ -237,7 +237,12 @@ def _speed_and_length_targets(rows: list[dict]) -> list[tuple[str, float | None,
             1,
             False,
         ),
-        ("planned longest within 10% of the measured (|error|)", None if error is None else abs(error), 0.10, True),
+        (
+            "planned longest within 10% of the measured (absolute error)",
+            None if error is None else abs(error),
+            0.10,
+            True,
+        ),
     ]
 
 
