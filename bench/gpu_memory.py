@@ -19,7 +19,8 @@ Presets (flags given on the command line win; bench/_gpu_options.py):
            stock, slimrl-no-speed-levers and slimrl profiled (--profile); the lever arms run last (--lever-arms-last)
   longest  the longest 8-row completion of slimrl, stock-ga8 and Unsloth on 8B (bench/_gpu_longest.py), from slimrl's
            predicted length, to 4096 tokens, then slimrl's one-row probe at 262144
-  full     both models at 8 x 8192 and 8 x 2048 with every arm, 3 steps each; the longest completion of every arm on 8B;
+  full     both models at 8 x 8192 and 8 x 2048 with every arm, 3 steps each; the longest completion of the search
+           arms (--bisect-arms) on 8B;
            DPO/ORPO at 2 x 4096 (many 10-minute commands' worth: give a long --deadline, or split it with
            --only/--models/--arms into several commands and join their files with --report)
 Output (--out): gpu_memory.json (every row as it comes, with the commit, device and versions, and `profiles`: the
