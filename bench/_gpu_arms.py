@@ -17,33 +17,52 @@ gradient checkpointing on; `rows` completions of one prompt per optimizer step; 
 * "slimrl-no-lora-levers" (not in the presets): "slimrl" with its LoRA speed levers off (`fused_lora=False,
   skip_lora_input_casts=False` to get_peft_model): beside "slimrl", what the fused LoRA forward and the skipped input
   casts save (docs/gpu-and-benchmarks.md, "LoRA speed levers").
+* "stock-liger": "stock" with TRL's own `use_liger_kernel=True` (CUDA and the liger-kernel package only).
+* The speed levers one at a time (get_peft_model's keywords `skip_lora_input_casts`, `fused_lora`, `liger_kernel`):
+  "slimrl-no-speed-levers" has all three off; "slimrl-only-cast-skip", "slimrl-only-fused-lora" and
+  "slimrl-only-liger" turn one on (True, not "auto") and the others off. A slimrl whose get_peft_model does not name
+  `liger_kernel` runs the others without it (`levers_unavailable` in the row) and skips "slimrl-only-liger";
+  "slimrl-only-liger" and "stock-liger" need CUDA (`NEEDS_CUDA`): skipped elsewhere, with the reason in the row.
 Models are random weights of Qwen2.5 shapes built in place (no download), seeded, bf16 on CUDA (fp32 on CPU):
 every arm trains the same model. Tokenizer: `slimrl.testing.tiny_tokenizer(V)` (a word-level tokenizer with V ids).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import tempfile
 
 from _gpu_measure import (
+    ACCUMULATION,
     LORA,
     LORA_TARGETS,
     MODELS,
     PROMPT,
+    ArmSkipped,
     Meter,
     checksum_reward,
     grpo_fields,
+    profiler,
     qwen_config,
     run_measured,
     synthetic_rollouts,
 )
 
 ARMS = ("stock", "stock-offload", "stock-ga8", "slimrl", "slimrl-offload", "slimrl-no-long-context")
-ARMS += ("slimrl-no-lora-levers",)
+ARMS += ("slimrl-no-lora-levers", "stock-liger", "slimrl-no-speed-levers")
+SPEED_LEVERS = {"cast-skip": "skip_lora_input_casts", "fused-lora": "fused_lora", "liger": "liger_kernel"}
+SPEED_LEVERS_OFF = dict.fromkeys(SPEED_LEVERS.values(), False)
+ARMS += tuple(f"slimrl-only-{lever}" for lever in SPEED_LEVERS)
+NEEDS_CUDA = {
+    "stock-liger": "TRL's use_liger_kernel runs Liger's Triton kernels: CUDA only",
+    "slimrl-only-liger": "slimrl applies Liger-Kernel on CUDA only",
+    "unsloth": "Unsloth needs CUDA",
+    "unsloth-ga8": "Unsloth needs CUDA",
+}
 LONG_CONTEXT_OFF = {"slimrl_rows_per_group": False, "slimrl_padding_free": False, "slimrl_tiled_mlp": False}
 LORA_LEVERS_OFF = {"fused_lora": False, "skip_lora_input_casts": False}
 STOCK_OFFLOAD = {"gradient_checkpointing_kwargs": {"use_reentrant": False, "offload": True}}
-ACCUMULATION = {"stock-ga8": 8}
 
 
 def build_model(name: str, device: str, max_positions: int):
@@ -60,8 +79,36 @@ def build_model(name: str, device: str, max_positions: int):
     return model
 
 
+def accepted_keywords() -> set[str]:
+    """The keywords slimrl's get_peft_model names (FastLanguageModel's or models/lora.py's signature)."""
+    from slimrl import FastLanguageModel
+    from slimrl.models import lora
+
+    names = set()
+    for function in (FastLanguageModel.get_peft_model, lora.get_peft_model):
+        names |= {p.name for p in inspect.signature(function).parameters.values() if p.kind is not p.VAR_KEYWORD}
+    return names
+
+
+def lever_options(arm: str, accepted: set[str]) -> tuple[dict, list[str]]:
+    """(get_peft_model's speed-lever keywords for `arm`, the levers this slimrl lacks); ArmSkipped for an arm whose
+    one lever is missing."""
+    if arm == "slimrl-no-lora-levers":
+        wanted = dict(LORA_LEVERS_OFF)
+    elif arm == "slimrl-no-speed-levers":
+        wanted = dict(SPEED_LEVERS_OFF)
+    elif arm.startswith("slimrl-only-"):
+        wanted = dict(SPEED_LEVERS_OFF, **{SPEED_LEVERS[arm.removeprefix("slimrl-only-")]: True})
+    else:
+        return {}, []
+    missing = sorted(k for k in wanted if k not in accepted)
+    if arm.startswith("slimrl-only-") and SPEED_LEVERS[arm.removeprefix("slimrl-only-")] in missing:
+        raise ArmSkipped(f"slimrl's get_peft_model has no {SPEED_LEVERS[arm.removeprefix('slimrl-only-')]} keyword")
+    return {k: v for k, v in wanted.items() if k not in missing}, missing
+
+
 def prepare_arm(arm: str, algorithm: str, model) -> tuple[object, dict]:
-    """(the model to train, the arm's extra trainer-config keywords and trainer keywords)."""
+    """(the model to train, the arm's extra trainer-config keywords, trainer keywords and notes for the row)."""
     from peft import LoraConfig
 
     if arm not in ARMS:
@@ -69,28 +116,46 @@ def prepare_arm(arm: str, algorithm: str, model) -> tuple[object, dict]:
     if arm.startswith("slimrl"):
         from slimrl import FastLanguageModel, PatchFastRL
 
+        options, missing = lever_options(arm, accepted_keywords())
         PatchFastRL(algorithm)
-        options = {"use_gradient_checkpointing": "unsloth"} if arm == "slimrl-offload" else {}
-        options.update(LORA_LEVERS_OFF if arm == "slimrl-no-lora-levers" else {})
+        if arm == "slimrl-offload":
+            options["use_gradient_checkpointing"] = "unsloth"
         peft_model = FastLanguageModel.get_peft_model(
             model, r=LORA["r"], lora_alpha=LORA["lora_alpha"], lora_dropout=LORA["lora_dropout"], **options
         )
-        return peft_model, {"config": dict(LONG_CONTEXT_OFF)} if arm == "slimrl-no-long-context" else {}
+        extra = {"config": dict(LONG_CONTEXT_OFF)} if arm == "slimrl-no-long-context" else {}
+        return peft_model, dict(extra, notes={"levers_unavailable": missing} if missing else {})
+    if arm == "stock-liger" and importlib.util.find_spec("liger_kernel") is None:
+        raise ArmSkipped("use_liger_kernel=True needs the liger-kernel package, not installed")
+    config = {"stock-offload": STOCK_OFFLOAD, "stock-liger": {"use_liger_kernel": True}}.get(arm, {})
     lora = LoraConfig(**LORA, task_type="CAUSAL_LM", target_modules=LORA_TARGETS)
-    return model, {"config": STOCK_OFFLOAD if arm == "stock-offload" else {}, "trainer": {"peft_config": lora}}
+    return model, {"config": dict(config), "trainer": {"peft_config": lora}}
 
 
 def _split(extra: dict) -> tuple[dict, dict]:
     return extra.get("config", {}), extra.get("trainer", {})
 
 
-def child_grpo(arm: str, model_name: str, length: int, rows: int, steps: int, rollouts: str, device: str) -> dict:
+def child_grpo(
+    arm: str,
+    model_name: str,
+    length: int,
+    rows: int,
+    steps: int,
+    rollouts: str,
+    device: str,
+    profile: bool = False,
+    accumulation: int | None = None,
+) -> dict:
+    """One GRPO arm; `profile`: one more step, profiled (bench/_gpu_profile.py); `accumulation`: micro-batches per
+    step (default: the arm's, ACCUMULATION)."""
     from datasets import Dataset
 
     from slimrl.testing import tiny_tokenizer
 
     record = {"kind": "grpo", "arm": arm, "model": model_name, "length": length, "rows": rows, "rollouts": rollouts}
     record["device_kind"] = device
+    record["accumulation"] = accumulation or ACCUMULATION.get(arm, 1)
     meter = Meter(device)
     vocab = MODELS[model_name]["vocab_size"]
     base = build_model(model_name, device, max_positions=max(4096, 2 * length))
@@ -104,7 +169,7 @@ def child_grpo(arm: str, model_name: str, length: int, rows: int, steps: int, ro
         config_extra["generation_kwargs"] = {"min_new_tokens": length}
     from trl import GRPOConfig, GRPOTrainer
 
-    fields = grpo_fields(length, rows, steps, device, ACCUMULATION.get(arm, 1))
+    fields = grpo_fields(length, rows, steps + int(profile), device, record["accumulation"])
     args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="slimrl-gpu-bench-"), **fields, **config_extra)
     trainer = GRPOTrainer(
         model=model,
@@ -114,7 +179,8 @@ def child_grpo(arm: str, model_name: str, length: int, rows: int, steps: int, ro
         train_dataset=Dataset.from_dict({"prompt": [PROMPT] * (steps + 1)}),
         **trainer_extra,
     )
-    return run_measured(trainer, meter, dict(record, settings=slimrl_settings(trainer)))
+    record.update(extra.get("notes", {}), settings=slimrl_settings(trainer))
+    return run_measured(trainer, meter, record, profiler=profiler(profile, steps, device))
 
 
 def slimrl_settings(trainer) -> dict:

@@ -8,10 +8,15 @@ The peak, read the same way in every arm, over the whole run, and reset by no on
   `torch.cuda.mem_get_info`'s free, polled every 20 ms: the CUDA context and anything outside PyTorch's allocator
   included; nvidia-smi's figure, without nvidia-smi). `resident` is what was allocated when training began.
 * CPU (the smoke run): VmHWM, the process's peak resident set, read at the end.
+* Host: `host_rss_peak` (VmHWM) in every arm, CUDA too: offloaded activations live in host memory.
+
+Timing: every step's wall seconds are kept (`step_times`); `s_per_step` is the median of the timed steps (all but the
+first, a warm-up, and a profiled last step, which bench/_gpu_profile.py slows down), `s_per_step_mean` their mean.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 import types
@@ -49,6 +54,7 @@ MODELS = {  # Qwen2.5 shapes; "8b" is Qwen2.5-7B (7.6B parameters, the "8B-class
         tie_word_embeddings=False,
     ),
 }
+ACCUMULATION = {"stock-ga8": 8, "unsloth-ga8": 8}  # arms scoring one row per micro-batch, 8 micro-batches a step
 FILLER_START = 200  # ids above the tokenizer's named tokens (specials, symbols, words)
 PROMPT = "what is the sum of 3 and 4 ? think step by step and answer"
 # GRPO fields every arm passes explicitly (TRL 1.16's defaults, tests/bench checks them), so no library's own
@@ -76,6 +82,10 @@ GRPO_PINNED = dict(
     optim="adamw_torch_fused",
     gradient_checkpointing=True,
 )
+
+
+class ArmSkipped(Exception):
+    """An arm that cannot run here (no CUDA, a package or keyword missing): its row says why, nothing runs."""
 
 
 def qwen_config(name: str, max_positions: int):
@@ -166,10 +176,18 @@ class Meter:
         self.resident = self.torch.cuda.memory_allocated() if self.cuda else _status_bytes("VmRSS")
 
     def read(self) -> dict:
+        host = _status_bytes("VmHWM")
         if not self.cuda:
-            return {"peak": _status_bytes("VmHWM"), "reserved": None, "device_used": None, "resident": self.resident}
+            return {
+                "peak": host,
+                "reserved": None,
+                "device_used": None,
+                "resident": self.resident,
+                "host_rss_peak": host,
+            }
         cuda = self.torch.cuda
         return {
+            "host_rss_peak": host,
             "peak": cuda.max_memory_allocated(),
             "reserved": cuda.max_memory_reserved(),
             "device_used": self.poller.stop(),
@@ -201,12 +219,38 @@ def environment(device: str, packages=("torch", "transformers", "trl", "peft", "
     return out
 
 
-def run_measured(trainer, meter: Meter, record: dict, packages=("torch", "transformers", "trl", "peft")) -> dict:
-    """`trainer.train()` with step times and peaks; an out-of-memory error becomes `oom: True` (nothing raised)."""
+def profiler(profile: bool, steps: int, device: str):
+    """bench/_gpu_profile.py's callback for the extra step after `steps` (None without --profile)."""
+    if not profile:
+        return None
+    from _gpu_profile import profile_callback
+
+    return profile_callback(steps, device == "cuda")
+
+
+def timing(times: list[float], profiled: bool = False) -> dict:
+    """The median and mean of the timed steps: all but the warm-up (the first) and a profiled last step."""
+    timed = times[1 : len(times) - 1 if profiled else None] or times
+    return {
+        "step_times": times,
+        "warmup_steps": 1 if len(times) > 1 else 0,
+        "timed_steps": len(timed),
+        "s_per_step": statistics.median(timed) if timed else None,
+        "s_per_step_mean": sum(timed) / len(timed) if timed else None,
+    }
+
+
+def run_measured(
+    trainer, meter: Meter, record: dict, packages=("torch", "transformers", "trl", "peft"), profiler=None
+) -> dict:
+    """`trainer.train()` with step times and peaks; an out-of-memory error becomes `oom: True` (nothing raised).
+    profiler: a callback of bench/_gpu_profile.py (its step's breakdown goes to the row's `profile`)."""
     import torch
 
     timer = step_timer()
     trainer.add_callback(timer)
+    if profiler is not None:
+        trainer.add_callback(profiler)
     record = dict(record, trainer_class=type(trainer).__name__, **environment(record["device_kind"], packages))
     meter.mark_resident()
     start = time.perf_counter()
@@ -214,14 +258,14 @@ def run_measured(trainer, meter: Meter, record: dict, packages=("torch", "transf
         trainer.train()
     except torch.OutOfMemoryError as exc:
         return dict(record, oom=True, error=str(exc).splitlines()[0], **meter.read())
-    timed = timer.times[1:] or timer.times
     logs = trainer.state.log_history
+    profiled = {"profile": profiler.result} if profiler is not None and profiler.result else {}
     return dict(
         record,
         oom=False,
         steps=len(timer.times),
-        step_times=timer.times,
-        s_per_step=sum(timed) / max(len(timed), 1),
+        **timing(timer.times, profiled=bool(profiled)),
+        **profiled,
         wall=time.perf_counter() - start,
         losses=[h["loss"] for h in logs if "loss" in h],
         mean_length=[h["completions/mean_length"] for h in logs if "completions/mean_length" in h],

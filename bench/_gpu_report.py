@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from _common import GiB
 
-ARM_ORDER = ("stock", "stock-offload", "stock-ga8", "slimrl", "slimrl-offload", "unsloth")
-STOCK_ARMS = ("stock", "stock-offload", "stock-ga8")
+ARM_ORDER = ("stock", "stock-liger", "stock-offload", "stock-ga8", "slimrl", "slimrl-offload", "slimrl-no-speed-levers")
+ARM_ORDER += ("slimrl-only-cast-skip", "slimrl-only-fused-lora", "slimrl-only-liger", "unsloth", "unsloth-ga8")
+STOCK_ARMS = ("stock", "stock-liger", "stock-offload", "stock-ga8")
 TARGET_MODEL, TARGET_LENGTH, TARGET_ARM = "8b", 8192, "slimrl"
 PLAN_TOLERANCE = 0.15
 LONGEST_TOKENS = 200_000
+LONGEST_8_ROWS, LONGEST_1_ROW = 131_072, 262_144
 
 
 def _table(head: list[str], lines: list[list[str]]) -> str:
@@ -58,7 +60,7 @@ def _best_stock(rows: list[dict], row: dict, key: str, largest: bool = False) ->
 
 
 def _sorted(rows: list[dict]) -> list[dict]:
-    return sorted(rows, key=lambda r: (str(_group_key(r)), ARM_ORDER.index(r["arm"]) if r["arm"] in ARM_ORDER else 9))
+    return sorted(rows, key=lambda r: (str(_group_key(r)), _arm_rank(r["arm"])))
 
 
 def plan_ratio(row: dict) -> float | None:
@@ -104,16 +106,49 @@ def _longest(row: dict) -> str:
     return str(row["longest"]) + stopped
 
 
+def _prediction(row: dict) -> list[str]:
+    predicted, error = row.get("predicted_longest"), row.get("prediction_error")
+    return [str(predicted) if predicted else "none", "n/a" if error is None else f"{error:+.1%}"]
+
+
 def bisect_table(rows: list[dict]) -> str:
-    head = ["model", "arm", "longest completion that fits", "first failure", "vs best stock", "probes"]
+    head = ["model", "arm", "longest completion that fits", "first failure", "vs best stock", "predicted (plan)"]
+    head += ["prediction error", "peak GiB", "host RSS GiB", "s/step", "probes"]
     lines = []
     for row in _sorted(rows):
         best = _best_stock(rows, row, "longest", largest=True)
         ratio = _ratio(row, best, "longest") if row.get("longest") else None
         failure = "none" if row["first_failure"] is None else f"{row['first_failure']} ({row['failure_reason']})"
         probes = ", ".join(f"{n}{'' if ok else 'x'}" for n, ok in row["probes"])
-        lines.append([row["model"], row["arm"], _longest(row), failure, _fmt(ratio), probes])
+        at = [_gib(row.get("peak_at_longest")), _gib(row.get("host_rss_peak"))]
+        at.append(_fmt(row.get("s_per_step_at_longest")))
+        lines.append([row["model"], row["arm"], _longest(row), failure, _fmt(ratio), *_prediction(row), *at, probes])
     return _table(head, lines)
+
+
+def single_row_lines(rows: list[dict]) -> list[str]:
+    out = []
+    for row in [r for r in rows if r.get("single_row")]:
+        verdict = _status(row) or f"fits: peak {_gib(row.get('peak'))} GiB, {row['s_per_step']:.1f} s/step"
+        where = f"{row['model']}, {row['arm']}, 1 row x {row['length']} (2 rows a step, one per micro-batch)"
+        out.append(f"- {where}: {verdict}")
+    return out
+
+
+def profile_table(profiles: list[dict]) -> str:
+    from _gpu_profile import CATEGORIES
+
+    head = ["model", "completion", "arm", "clock", "total ms", *(f"{c} %" for c in CATEGORIES)]
+    lines = []
+    for p in sorted(profiles, key=lambda p: (str(p.get("model")), str(p.get("length")), _arm_rank(p["arm"]))):
+        shares = [f"{100 * p['share'][c]:.1f}" for c in CATEGORIES]
+        label = [p["model"], f"{p['rows']} x {p['length']}", p["arm"], p["clock"], f"{p['total_ms']:.0f}"]
+        lines.append(label + shares)
+    return _table(head, lines)
+
+
+def _arm_rank(arm: str) -> int:
+    return ARM_ORDER.index(arm) if arm in ARM_ORDER else len(ARM_ORDER)
 
 
 def pref_table(rows: list[dict]) -> str:
@@ -174,9 +209,46 @@ def _measured_targets(rows: list[dict]) -> list[tuple[str, float | None, float, 
     ]
 
 
+def _speed_and_length_targets(rows: list[dict]) -> list[tuple[str, float | None, float, bool]]:
+    """The speed and long-context targets (docs/gpu-and-benchmarks.md), same tuples as _measured_targets."""
+    run = _find(rows, "grpo", TARGET_ARM, length=TARGET_LENGTH)
+    fastest = _best_stock(rows, run, "s_per_step") if run else None
+    fit, unsloth = _find(rows, "bisect", TARGET_ARM), _find(rows, "bisect", "unsloth")
+    longest = fit.get("longest") if fit else None
+    single = next((r for r in rows if r.get("single_row") and r.get("model") == TARGET_MODEL), None)
+    error = fit.get("prediction_error") if fit else None
+    return [
+        (
+            "s/step <= 0.85x the fastest stock arm (stock-liger included)",
+            _ratio(run, fastest, "s_per_step"),
+            0.85,
+            True,
+        ),
+        (
+            f"longest completion >= {LONGEST_8_ROWS:,} tokens x 8 rows (ratio)",
+            longest / LONGEST_8_ROWS if longest else None,
+            1,
+            False,
+        ),
+        ("longest completion >= Unsloth's", _ratio(fit, unsloth, "longest") if longest else None, 1, False),
+        (
+            f"1 row x {LONGEST_1_ROW:,} tokens fits (ratio)",
+            None if single is None else (0.0 if _status(single) else single["length"] / LONGEST_1_ROW),
+            1,
+            False,
+        ),
+        (
+            "planned longest within 10% of the measured (absolute error)",
+            None if error is None else abs(error),
+            0.10,
+            True,
+        ),
+    ]
+
+
 def targets_table(rows: list[dict]) -> str:
     lines = []
-    for name, value, bound, lower in _measured_targets(rows):
+    for name, value, bound, lower in _measured_targets(rows) + _speed_and_length_targets(rows):
         verdict = (
             "not measured" if value is None else ("met" if (value <= bound if lower else value >= bound) else "NOT met")
         )
@@ -192,7 +264,14 @@ def _environments(rows: list[dict], metas: list[dict]) -> list[str]:
     return [f"- {line}" for line in lines] + [f"- slimrl commit {', '.join(commits)}"]
 
 
-def render(rows: list[dict], metas: list[dict] = ()) -> str:
+def _skipped(row: dict) -> bool:
+    return str(row.get("error", "")).startswith("skipped")
+
+
+def render(rows: list[dict], metas: list[dict] = (), profiles: list[dict] = ()) -> str:
+    """The markdown report; skipped rows are listed with their reason, not tabled."""
+    skipped = [f"- {r['kind']} {r.get('model')} {r['arm']}: {r['error']}" for r in rows if _skipped(r)]
+    rows = [r for r in rows if not _skipped(r)]
     out = ["# GRPO on one GPU: stock TRL, slimrl and Unsloth", "", *_environments(rows, list(metas))]
     parts = [
         ("GRPO, LoRA r=16, bf16 (fp32 on CPU), whole-run peaks, slimrl's plan beside each", "grpo", grpo_table),
@@ -203,7 +282,13 @@ def render(rows: list[dict], metas: list[dict] = ()) -> str:
         selected = [r for r in rows if r.get("kind") == kind]
         if selected:
             out += ["", f"## {title}", "", table(selected)]
-    chosen = unsloth_lines(rows)
-    if chosen:
-        out += ["", "## What Unsloth chose", "", *chosen]
+    extras = [
+        ("One row, slimrl", single_row_lines(rows)),
+        ("Kernel time by category, one profiled step", [profile_table(list(profiles))] if profiles else []),
+        ("What Unsloth chose", unsloth_lines(rows)),
+        ("Skipped", skipped),
+    ]
+    for title, lines in extras:
+        if lines:
+            out += ["", f"## {title}", "", *lines]
     return "\n".join(out + ["", "## Targets", "", targets_table(rows)])

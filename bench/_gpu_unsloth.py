@@ -27,6 +27,7 @@ import os
 import tempfile
 
 from _gpu_measure import (
+    ACCUMULATION,
     LORA,
     LORA_TARGETS,
     MODELS,
@@ -89,13 +90,16 @@ def _plain(value):
     return value if isinstance(value, (bool, int, float, str, type(None))) else repr(value)
 
 
-def child_unsloth(model_name: str, length: int, rows: int, steps: int, folder: str, device: str) -> dict:
+def child_unsloth(
+    model_name: str, length: int, rows: int, steps: int, folder: str, device: str, arm: str = "unsloth", profiler=None
+) -> dict:
+    """arm "unsloth" (`rows` per micro-batch) or "unsloth-ga8" (one row per micro-batch, 8 micro-batches a step)."""
     for key, value in ENVIRONMENT.items():
         os.environ.setdefault(key, value)
     import unsloth  # first: Unsloth patches transformers, TRL and peft when imported
     from unsloth import FastLanguageModel
 
-    record = {"kind": "grpo", "arm": "unsloth", "model": model_name, "length": length, "rows": rows}
+    record = {"kind": "grpo", "arm": arm, "model": model_name, "length": length, "rows": rows}
     import torch
     from datasets import Dataset
 
@@ -117,7 +121,7 @@ def child_unsloth(model_name: str, length: int, rows: int, steps: int, folder: s
     synthetic_rollouts(model, length, vocab)  # the wrapper too: Unsloth may route generate through it
     from trl import GRPOConfig, GRPOTrainer
 
-    asked, dropped = _pinned_config(GRPOConfig, grpo_fields(length, rows, steps, device))
+    asked, dropped = _pinned_config(GRPOConfig, grpo_fields(length, rows, steps, device, ACCUMULATION.get(arm, 1)))
     args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="slimrl-gpu-bench-"), **asked)
     trainer = GRPOTrainer(
         model=model,
@@ -127,4 +131,6 @@ def child_unsloth(model_name: str, length: int, rows: int, steps: int, folder: s
         train_dataset=Dataset.from_dict({"prompt": [PROMPT] * (steps + 1)}),
     )
     record.update(_what_unsloth_chose(trainer.args, asked), dropped_fields=dropped)
-    return run_measured(trainer, meter, record, packages=("torch", "transformers", "trl", "peft", "unsloth_zoo"))
+    return run_measured(
+        trainer, meter, record, packages=("torch", "transformers", "trl", "peft", "unsloth_zoo"), profiler=profiler
+    )

@@ -11,30 +11,40 @@ bench/_gpu_unsloth.py (Unsloth); the peak reading: bench/_gpu_measure.py; the pl
                                                                           # (rows a run skipped for time left out,
                                                                           # each GRPO row planned again by this slimrl)
 
-Presets (flags given on the command line win):
-  quick  8B at 8 x 8192, then 1.5B at 8 x 8192, every GRPO arm, 2 steps each; no search (sized for one 10-minute
-         command: what would not end before --deadline is skipped and said so)
-  full   both models at 8 x 8192 and 8 x 2048 with every arm, 3 steps each; the longest completion of every arm on 8B;
-         DPO/ORPO at 2 x 4096 (many 10-minute commands' worth: give a long --deadline, or split it with
-         --only/--models/--arms into several commands and join their files with --report)
-Output (--out): gpu_memory.json (every row as it comes, with the commit, device and versions), gpu_memory.md (the
-tables), logs/ (each child's stdout and stderr). A killed command keeps the rows it finished; no child starts that
-would not end before --deadline.
+Presets (flags given on the command line win; bench/_gpu_options.py):
+  quick    8B at 8 x 8192, then 1.5B at 8 x 8192, every GRPO arm, 2 steps each; no search (sized for one 10-minute
+           command: what would not end before --deadline is skipped and said so)
+  speed    the speed arms (stock, stock-liger, stock-ga8, slimrl, unsloth, unsloth-ga8; then slimrl's levers one at a
+           time: slimrl-no-speed-levers, slimrl-only-*) at 8B then 1.5B, 8 x 8192, 1 warm-up + 4 timed steps each,
+           stock, slimrl-no-speed-levers and slimrl profiled (--profile); the lever arms run last (--lever-arms-last)
+  longest  the longest 8-row completion of slimrl, stock-ga8 and Unsloth on 8B (bench/_gpu_longest.py), from slimrl's
+           predicted length, to 4096 tokens, then slimrl's one-row probe at 262144
+  full     both models at 8 x 8192 and 8 x 2048 with every arm, 3 steps each; the longest completion of the search
+           arms (--bisect-arms) on 8B;
+           DPO/ORPO at 2 x 4096 (many 10-minute commands' worth: give a long --deadline, or split it with
+           --only/--models/--arms into several commands and join their files with --report)
+Output (--out): gpu_memory.json (every row as it comes, with the commit, device and versions, and `profiles`: the
+profiled steps' kernel time by category), gpu_memory.md (the tables), logs/ (each child's stdout and stderr). A
+killed command keeps the rows it finished; no child starts that would not end before --deadline.
 
 Choices:
 * The peak is the whole run's, read the same way in every arm and reset by no one (bench/_gpu_measure.py).
 * Ratios are against the stock arm of the same (model, length, rows); "best stock" is the best of stock,
   stock-offload and stock-ga8. The targets table checks slimrl's stated GPU targets (docs/gpu-and-benchmarks.md)
   for the slimrl arm.
-* Longest completion: galloping search then bisection on multiples of --resolution, one step per probe in a fresh
-  process (bench/_gpu_search.py); out-of-memory and other errors are told apart. --guess-from: GRPO rows at two or
-  more lengths give the first probe.
+* s/step: the median of the timed steps (every step but the first; a profiled step is one more, left out); every
+  step's time is in the row (`step_times`).
+* Arms that cannot run here (Liger or Unsloth without CUDA, no Unsloth environment, a lever this slimrl lacks) are
+  rows with `skipped` and the reason, never left out.
+* Longest completion (bench/_gpu_longest.py): the first probe is slimrl's prediction (made before any probe and
+  kept in the row), then galloping steps and bisection on multiples of --resolution, one step per probe in a fresh
+  process with a --timeout (bench/_gpu_search.py); out-of-memory and other errors are told apart. --guess-from: GRPO
+  rows at two or more lengths give the first probe where there is no prediction.
 * PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in every arm (unless set): the same allocator everywhere.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -43,30 +53,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import pin_threads, results_path, run_self, write_results  # noqa: E402
+from _gpu_options import GRPO_ARMS, LEVER_ARMS, PRESETS, parse  # noqa: E402, F401 (GRPO_ARMS, PRESETS: re-exported)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PARTS = ("grpo", "bisect", "pref")
-GRPO_ARMS = ["stock", "stock-offload", "stock-ga8", "slimrl", "slimrl-offload", "unsloth"]
-PRESETS = {
-    "quick": dict(only=["grpo"], models=["8b", "1.5b"], lengths=[8192], arms=GRPO_ARMS, steps=2),
-    "full": dict(
-        only=list(PARTS), models=["8b", "1.5b"], lengths=[8192, 2048], arms=GRPO_ARMS, steps=3, bisect_models=["8b"]
-    ),
-    "smoke": dict(
-        only=list(PARTS),
-        models=["smoke"],
-        lengths=[16],
-        arms=["stock", "stock-ga8", "slimrl", "slimrl-offload"],
-        steps=2,
-        pref_length=64,
-        start=16,
-        resolution=16,
-        maximum=16,
-        device="cpu",
-        threads=1,
-        deadline=3600,
-    ),
-}
 PREF_ARMS = ("stock", "slimrl", "slimrl-offload")
 
 
@@ -115,19 +104,30 @@ class Runner:
     """Runs the children of one command, annotates GRPO rows with the plan, saves every row as it comes."""
 
     def __init__(self, a):
-        self.a, self.rows, self.clock, self.children = a, [], Clock(a.deadline), 0
+        self.a, self.rows, self.profiles, self.clock, self.children = a, [], [], Clock(a.deadline), 0
         self.meta = meta(a)
         self.common = ["--threads", str(a.threads), "--device", a.device]
 
+    def skip_reason(self, arm: str) -> str | None:
+        """Why `arm` cannot run in this command (None: it can)."""
+        from _gpu_arms import NEEDS_CUDA
+
+        if self.a.device != "cuda" and arm in NEEDS_CUDA:
+            return f"{NEEDS_CUDA[arm]} (device {self.a.device})"
+        if arm.startswith("unsloth") and not self.a.unsloth_site:
+            return "no Unsloth environment (--unsloth-site, scripts/unsloth_wheels.sh)"
+        return None
+
     def child(self, kind: str, arm: str, model: str, length: int, steps: int, rows: int, **extra) -> dict:
+        skipped = self.skip_reason(arm)
+        if skipped:
+            return {"error": f"skipped: {skipped}", "skipped": skipped}
         args = ["--child", kind, "--arm", arm, "--model", model, "--length", str(length), "--rows", str(rows)]
         args += ["--steps", str(steps), *self.common] + [f"--{k.replace('_', '-')}={v}" for k, v in extra.items()]
         self.children += 1
         name = f"{self.children:03d}-{kind}-{model}-{length}-{arm}.log"
         child = {"log": os.path.join(self.a.out, "logs", name)}
-        if arm == "unsloth":
-            if not self.a.unsloth_site:
-                return {"error": "skipped: no Unsloth environment (--unsloth-site, scripts/unsloth_wheels.sh)"}
+        if arm.startswith("unsloth"):
             from _gpu_unsloth import write_model_folder
 
             folder = write_model_folder(model, os.path.join(self.a.model_dir, f"unsloth-{model}"))
@@ -137,8 +137,11 @@ class Runner:
         return self.clock.run(args, self.a.threads, self.a.timeout, **child) or SKIPPED
 
     def add(self, row: dict) -> dict:
+        profile = row.pop("profile", None)
+        if profile:
+            self.profiles.append({k: row.get(k) for k in ("arm", "model", "length", "rows", "device")} | profile)
         self.rows.append(with_plan(row))
-        save(self.rows, self.meta, self.a.out, self.a.json)
+        save(self.rows, self.meta, self.a.out, self.a.json, self.profiles)
         shown = {k: v for k, v in row.items() if k not in ("probes", "planned_terms", "step_times", "settings")}
         print(json.dumps(shown)[:700], file=sys.stderr, flush=True)
         return row
@@ -156,41 +159,26 @@ def with_plan(row: dict) -> dict:
     return row
 
 
-def save(rows: list[dict], run_meta: dict, out: str, also: str | None = None) -> None:
+def save(rows: list[dict], run_meta: dict, out: str, also: str | None = None, profiles: list | None = None) -> None:
     os.makedirs(out, exist_ok=True)
     for path in [os.path.join(out, "gpu_memory.json")] + ([also] if also else []):
-        write_results(path, {"meta": run_meta, "rows": rows})
+        write_results(path, {"meta": run_meta, "rows": rows, "profiles": profiles or []})
 
 
-def run_grpo(r: Runner, model: str) -> None:
-    for length in r.a.lengths:
-        for arm in r.a.arms:
-            base = {"kind": "grpo", "arm": arm, "model": model, "length": length, "rows": r.a.rows}
-            r.add({**base, "rollouts": "synthetic", **r.child("grpo", arm, model, length, r.a.steps, r.a.rows)})
+def schedule(a, model: str | None) -> list[tuple[str, int, str]]:
+    """(model, length, arm) to run: `model`'s (with --lever-arms-last: without LEVER_ARMS), or with None every
+    model's LEVER_ARMS runs (with --lever-arms-last: after the rest, so what a --deadline cuts is the least needed)."""
+    runs = [(m, length, arm) for m in a.models for length in a.lengths for arm in a.arms]
+    if model is not None:
+        return [run for run in runs if run[0] == model and not (a.lever_arms_last and run[2] in LEVER_ARMS)]
+    return [run for run in runs if a.lever_arms_last and run[2] in LEVER_ARMS]
 
 
-def run_bisect(r: Runner, model: str, known: list[dict]) -> None:
-    from _gpu_search import guess_longest, longest_fit
-
-    for arm in r.a.arms:
-        outcomes: dict[int, dict] = {}
-
-        def probe(length: int, arm=arm, outcomes=outcomes) -> bool | None:
-            out = r.child("grpo", arm, model, length, 1, r.a.rows)
-            if out is SKIPPED:
-                return None
-            outcomes[length] = out
-            r.add({**out, "kind": "probe", "arm": arm, "model": model, "length": length})
-            return not out.get("oom") and "error" not in out
-
-        guess = guess_longest(known + r.rows, model, arm, r.a.resolution)
-        start = min(guess or r.a.start, r.a.maximum)
-        found = longest_fit(probe, start, r.a.resolution, r.a.maximum, step=r.a.resolution if guess else None)
-        failure = outcomes.get(found["first_failure"], {})
-        reason = "OOM" if failure.get("oom") else failure.get("error", "")[:200] or None
-        env = next((o for o in outcomes.values() if "device" in o), {})
-        row = {"kind": "bisect", "arm": arm, "model": model, "rows": r.a.rows, "guess": guess, **found}
-        r.add(dict(row, failure_reason=reason, **{k: env.get(k) for k in ("device", "torch", "transformers", "trl")}))
+def run_grpo(r: Runner, runs: list[tuple[str, int, str]]) -> None:
+    for model, length, arm in runs:
+        base = {"kind": "grpo", "arm": arm, "model": model, "length": length, "rows": r.a.rows}
+        extra = {"profile_step": 1} if arm in r.a.profile else {}
+        r.add({**base, "rollouts": "synthetic", **r.child("grpo", arm, model, length, r.a.steps, r.a.rows, **extra)})
 
 
 def run_pref(r: Runner, model: str) -> None:
@@ -204,81 +192,51 @@ def run_pref(r: Runner, model: str) -> None:
 def run_parts(a) -> Runner:
     r = Runner(a)
     known = [row for path in a.guess_from for row in json.load(open(path))["rows"]]
+    from _gpu_longest import run_search
+
+    grpo = "grpo" in a.only
     for model in a.models:
-        if "grpo" in a.only:
-            run_grpo(r, model)
+        run_grpo(r, schedule(a, model) if grpo else [])
         if "bisect" in a.only and model in (a.bisect_models or a.models):
-            run_bisect(r, model, known)
+            run_search(r, model, known)
         if "pref" in a.only:
             run_pref(r, model)
+    run_grpo(r, schedule(a, None) if grpo else [])
     return r
 
 
 def child_main(a) -> dict:
+    from _gpu_measure import ArmSkipped
+
     pin_threads(a.threads)
+    try:
+        return _child(a)
+    except ArmSkipped as exc:
+        return {"error": f"skipped: {exc}", "skipped": str(exc)}
+
+
+def _child(a) -> dict:
+    if a.child == "device":
+        import torch
+
+        name, total = torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).total_memory
+        return {"device": name, "device_total": total}
     if a.child == "unsloth":
+        from _gpu_measure import profiler
         from _gpu_unsloth import child_unsloth
 
-        return child_unsloth(a.model, a.length, a.rows, a.steps, a.model_folder, a.device)
+        hook, steps = profiler(bool(a.profile_step), a.steps, a.device), a.steps + int(bool(a.profile_step))
+        return child_unsloth(a.model, a.length, a.rows, steps, a.model_folder, a.device, a.arm, hook)
     from _gpu_arms import child_grpo, child_preference
 
     if a.child == "grpo":
-        return child_grpo(a.arm, a.model, a.length, a.rows, a.steps, a.rollouts, a.device)
+        profile = bool(a.profile_step)
+        return child_grpo(a.arm, a.model, a.length, a.rows, a.steps, a.rollouts, a.device, profile, a.accumulation)
     return child_preference(a.arm, a.trainer, a.model, a.length, a.rows, a.steps, a.device)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=sorted(PRESETS), help="a set of the flags below (flags given win)")
-    p.add_argument("--smoke", action="store_true", help="--preset smoke: CPU, toy model, every code path")
-    p.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
-    p.add_argument("--models", nargs="+", default=["8b", "1.5b"], help="8b, 1.5b (smoke: the CPU toy)")
-    p.add_argument("--arms", nargs="+", default=GRPO_ARMS, help=", ".join(GRPO_ARMS))
-    p.add_argument("--lengths", type=int, nargs="+", default=[8192, 2048], help="GRPO completion tokens")
-    p.add_argument("--rows", type=int, default=8, help="GRPO completions per optimizer step (one prompt, G = rows)")
-    p.add_argument("--steps", type=int, default=3, help="optimizer steps; s/step is the mean after the first")
-    p.add_argument("--rollouts", choices=["synthetic", "generate"], default="synthetic", help=argparse.SUPPRESS)
-    p.add_argument("--bisect-models", nargs="+", help="models the longest-fit search runs on (default: --models)")
-    p.add_argument("--start", type=int, default=16384, help="first probe of the search without a guess")
-    p.add_argument("--resolution", type=int, default=2048)
-    p.add_argument("--maximum", type=int, default=262144)
-    p.add_argument("--guess-from", nargs="*", default=[], help="JSON files with GRPO rows at two or more lengths")
-    p.add_argument("--pref-trainers", nargs="+", default=["dpo", "orpo"])
-    p.add_argument("--pref-length", type=int, default=4096, help="DPO/ORPO tokens per row (prompt + answer)")
-    p.add_argument("--pref-pairs", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=900, help="seconds one child may run")
-    p.add_argument("--deadline", type=float, default=570, help="seconds this command may run in all")
-    p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "gpu_memory"), help="results folder")
-    p.add_argument("--json", help="also write the results file here (with --report: the joined rows)")
-    p.add_argument("--unsloth-site", default=os.environ.get("UNSLOTH_SITE"), help="Unsloth's own package folder")
-    p.add_argument("--model-dir", default="/tmp/slimrl-bench-models", help="model folders the Unsloth arm loads")
-    p.add_argument("--report", nargs="+", help="print the tables of these JSON files and exit")
-    for hidden in ("--child", "--arm", "--model", "--trainer", "--model-folder"):
-        p.add_argument(hidden, help=argparse.SUPPRESS)
-    p.add_argument("--length", type=int, help=argparse.SUPPRESS)
-    return p
-
-
-def parse(argv=None) -> argparse.Namespace:
-    """The flags, with the preset's values where a flag was not given on the command line."""
-    a = parser().parse_args(argv)
-    preset = "smoke" if a.smoke else a.preset
-    if preset:
-        bare = parser()
-        for action in bare._actions:
-            action.default = argparse.SUPPRESS
-        given = set(vars(bare.parse_args(argv)))
-        for key, value in PRESETS[preset].items():
-            if key not in given:
-                setattr(a, key, value)
-    a.preset = preset
-    return a
-
-
 def main(argv=None) -> int:
-    a = parse(argv)
+    a = parse(argv, __doc__)
     if a.child:
         print(json.dumps(child_main(a)), flush=True)
         return 0
@@ -289,13 +247,15 @@ def main(argv=None) -> int:
         files = {path: json.load(open(path)) for path in a.report}
         rows = [row for f in files.values() for row in f["rows"] if not str(row.get("error", "")).startswith("skipped")]
         rows = [with_plan(row) for row in rows]  # planned again by this slimrl: the plan is arithmetic on the shapes
-        print(render(rows, [f.get("meta", {}) for f in files.values()]))
+        profiles = [p for f in files.values() for p in f.get("profiles", [])]
+        print(render(rows, [f.get("meta", {}) for f in files.values()], profiles))
         inputs = {path: f.get("provenance") for path, f in files.items()}
-        write_results(a.json or results_path("gpu_memory_report"), {"inputs": inputs, "rows": rows})
+        data = {"inputs": inputs, "rows": rows, "profiles": profiles}
+        write_results(a.json or results_path("gpu_memory_report"), data)
         return 0
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     runner = run_parts(a)
-    text = render(runner.rows, [runner.meta])
+    text = render(runner.rows, [runner.meta], runner.profiles)
     with open(os.path.join(a.out, "gpu_memory.md"), "w") as f:
         f.write(text + "\n")
     print(text)

@@ -4,6 +4,13 @@
 #   bash scripts/gpu_bench.sh --prepare                              # here, where pip works: the wheels into .whl/
 #   bash scripts/gpu_bench.sh --preset quick --out DIR [--budget S]  # on the GPU machine, with .whl/ copied over
 #   bash scripts/gpu_bench.sh --preset full --out DIR --budget 3600 -- --only grpo bisect   # extra bench flags
+#   bash scripts/gpu_bench.sh --preset speed --out DIR               # the speed arms and kernel profiles, < 9 min
+#   bash scripts/gpu_bench.sh --preset longest --out DIR             # the longest-completion search, < 9 min
+#
+# Presets (bench/gpu_memory.py's): quick, full, speed (every speed arm at 8B-class then 1.5B, 8 x 8192, 1 warm-up +
+#   4 timed steps, three arms profiled; the lever-by-lever arms last), longest (slimrl, stock-ga8 and Unsloth's
+#   longest 8-row completion from slimrl's predicted length, then slimrl's 1-row probe at 262144). speed and longest
+#   skip the GPU tier (all their time goes to the bench); --tier runs it anyway.
 #
 # --prepare: scripts/gpu_wheels.sh (the tier's wheels), scripts/unsloth_wheels.sh (the Unsloth arm's), and
 #   .whl/source.json (the commit they were prepared from, for machines that get the files without .git).
@@ -18,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-preset=quick out="" budget=570 tier_seconds=240 skip_tier=0 prepare=0
+preset=quick out="" budget=570 tier_seconds=240 skip_tier="" prepare=0
 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -28,13 +35,18 @@ while [ $# -gt 0 ]; do
         --budget) budget="$2"; shift ;;
         --tier-seconds) tier_seconds="$2"; shift ;;
         --skip-tier) skip_tier=1 ;;
+        --tier) skip_tier=0 ;;
         --) shift; extra=("$@"); break ;;
         -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-case "$preset" in quick|full) ;; *) echo "--preset must be quick or full, not '$preset'" >&2; exit 2 ;; esac
+case "$preset" in
+    quick|full) skip_tier="${skip_tier:-0}" ;;
+    speed|longest) skip_tier="${skip_tier:-1}" ;;
+    *) echo "--preset must be quick, full, speed or longest, not '$preset'" >&2; exit 2 ;;
+esac
 [[ "$budget" =~ ^[0-9]+$ && "$tier_seconds" =~ ^[0-9]+$ ]] || { echo "--budget and --tier-seconds take seconds" >&2; exit 2; }
 
 if [ "$prepare" = 1 ]; then
