@@ -37,6 +37,7 @@ ALLOWED = {
     ("patches/shared_images.py", "setattr(get_image_features, WRAPPED_MARK, True)"): "the same, for the encoder",
     ("patches/padding_free.py", "setattr(forward, WRAPPED_MARK, True)"): "the same, for the padding-free forward",
     ("models/tiled_mlp.py", "setattr(forward, MARK, True)"): "the same, for the tiled MLP forward",
+    ("ops/logprob.py", "setattr(_fused_forward, HEAD_MARK, settings)"): "the same, for the fused head (its settings)",
     ("patches/padding_free.py", "setattr(out, name, _grid(value, first, width - 1))"): "the output of slimrl's own "
     "trimmed forward call, put back on the full column grid",
     ("patches/row_groups.py", "setattr(trainer, name, value)"): "a row group's scoring puts back the trainer's "

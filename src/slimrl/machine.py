@@ -14,18 +14,33 @@ Choices:
    thread fewer per running job (at least 1). "Running" is the kernel's count of runnable tasks now (/proc/loadavg,
    sampled 5 times over 0.2 s, median, this process excluded), not the 1-minute load average, which still counts a
    job that ended a minute ago (misjudging a quiet machine costs 1.4x, a busy one 6.8-19x).
-3. The user's own OMP_NUM_THREADS / OMP_WAIT_POLICY win, always, and silence the adjustment; an adjustment is said
-   in one line naming the old and new values. It is applied to the environment before torch is imported (libgomp
-   reads it once), so only the `slimrl` command does it (`slimrl.cli:run`), not `slimrl.cli.main` called in-process.
+3. The user's own OMP_NUM_THREADS / MKL_NUM_THREADS / OMP_WAIT_POLICY win, always, and silence the adjustment; so do
+   `SLIMRL_THREADS=keep` and a thread count the user set with `torch.set_num_threads` (torch's count differs from
+   the one torch picks by itself: OMP_NUM_THREADS, else its physical cores). An adjustment is said in one line naming
+   the old and new values.
+4. One policy, applied once per process (`adapt_threads_to_load`), wherever it runs first: the `slimrl` command before
+   torch is imported (`slimrl.cli:run`: the environment, which libgomp reads once, so PASSIVE too), and every patched
+   trainer's `__init__` (patches/trainer_setup.py: scripts and notebooks through the Python API, import-time patching
+   and PatchFastRL alike). There torch is loaded, so only its thread count can change (`torch.set_num_threads`);
+   on 2 cores that is the arm that matters (1 thread has no other thread to wait for). `slimrl.cli.main` called
+   in-process changes nothing.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import statistics
+import sys
 import time
 
+from .notices import notice
+from .swaps import ProcessValue
+
 USER_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS")
+OPT_OUT_VARIABLE = "SLIMRL_THREADS"  # "keep": slimrl never changes torch's threads
+OPT_OUT_VALUE = "keep"
+_APPLIED = ProcessValue("thread_policy_applied", False, "the busy-machine thread policy ran (slimrl.machine)")
 
 
 def usable_cores() -> int:
@@ -65,9 +80,79 @@ def describe(others: int, cores: int, settings: dict[str, str]) -> str:
 
 
 def adapt_threads_to_load(environ=None) -> str | None:
-    """Apply `busy_thread_settings` to `environ` (os.environ); the one-line description when it changed anything."""
+    """Apply `busy_thread_settings` to `environ` (os.environ, before torch is loaded); the one-line description when
+    it changed anything (apply_thread_policy: the policy's one entry)."""
     environ = os.environ if environ is None else environ
     others, cores = other_running_jobs(), usable_cores()
     settings = busy_thread_settings(others, cores, environ)
     environ.update(settings)
     return describe(others, cores, settings) if settings else None
+
+
+def torch_default_threads() -> int | None:
+    """The intra-op thread count torch picks by itself on this machine (OMP_NUM_THREADS / MKL_NUM_THREADS, else its
+    physical cores, else its logical processors, as ATen's default does); None where the topology is unreadable."""
+    for name in ("MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        if os.environ.get(name, "").isdigit() and int(os.environ[name]) > 0:
+            return int(os.environ[name])
+    cores, processors = set(), 0
+    for topology in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/topology"):
+        try:
+            with open(f"{topology}/physical_package_id") as f, open(f"{topology}/core_id") as g:
+                cores.add((f.read().strip(), g.read().strip()))
+        except OSError:
+            return None
+        processors += 1
+    if not processors:
+        return None
+    return len(cores) if 0 < len(cores) < processors else processors
+
+
+def _torch_loaded() -> bool:
+    return "torch" in sys.modules
+
+
+def _kept_by_user(environ) -> bool:
+    """The user chose: SLIMRL_THREADS=keep, a thread variable, or torch.set_num_threads (torch already loaded)."""
+    if environ.get(OPT_OUT_VARIABLE, "").strip().lower() == OPT_OUT_VALUE:
+        return True
+    if any(name in environ for name in USER_THREAD_VARIABLES):
+        return True
+    if not _torch_loaded():
+        return False
+    import torch
+
+    default = torch_default_threads()
+    return default is not None and torch.get_num_threads() != default
+
+
+def _lower_torch_threads(others: int, cores: int) -> str | None:
+    """torch already loaded: one thread fewer per running job (at least 1), when that is fewer than it has."""
+    import torch
+
+    current, threads = torch.get_num_threads(), max(1, cores - others)
+    if others < 1 or threads >= current:
+        return None
+    torch.set_num_threads(threads)
+    return (
+        f"{others} other running job(s) on {cores} cores: torch threads {current} -> {threads} "
+        f"(torch.set_num_threads or OMP_NUM_THREADS to choose, {OPT_OUT_VARIABLE}={OPT_OUT_VALUE} to keep torch's)"
+    )
+
+
+def apply_thread_policy(environ=None) -> str | None:
+    """The busy-machine policy, once per process (choice 4), said in one notice; returns that line, or None when
+    nothing changed (a quiet machine, the user's own choice, or already applied)."""
+    environ = os.environ if environ is None else environ
+    if _APPLIED.get():
+        return None
+    _APPLIED.set(True)
+    if _kept_by_user(environ):
+        return None
+    if _torch_loaded():
+        said = _lower_torch_threads(other_running_jobs(), usable_cores())
+    else:
+        said = adapt_threads_to_load(environ)
+    if said:
+        notice(said)
+    return said

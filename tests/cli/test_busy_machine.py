@@ -30,6 +30,8 @@ def test_the_users_own_thread_variables_win(variable):
 
 def test_the_executable_adapts_before_main_and_says_so(monkeypatch, caplog):
     env = {}
+    monkeypatch.setattr(machine._APPLIED, "_value", False)  # a fresh process
+    monkeypatch.setattr(machine, "_torch_loaded", lambda: False)  # the executable runs before torch is imported
     monkeypatch.setattr(machine, "other_running_jobs", lambda: 2)
     monkeypatch.setattr(machine, "usable_cores", lambda: 2)
     monkeypatch.setattr(machine.os, "environ", env)

@@ -76,12 +76,9 @@ def run() -> int:
     degrade least, before torch is imported (slimrl/machine.py); then `main`."""
     argv = sys.argv[1:]
     if argv and argv[0] in TRAINING_COMMANDS:
-        from slimrl.machine import adapt_threads_to_load
-        from slimrl.notices import notice
+        from slimrl.machine import apply_thread_policy
 
-        said = adapt_threads_to_load()
-        if said:
-            notice(said)
+        apply_thread_policy()  # torch not loaded yet: the environment, PASSIVE included; one notice
     return main(argv)
 
 

@@ -42,7 +42,7 @@ class CachedGenerate:
             notice(ENCODING_NOTICE)
             for key, value in kwargs.pop("input_ids").items():
                 kwargs.setdefault(key, value)
-        with modes.cache_on_checkpointing_off(self.model):
+        with modes.cache_on_checkpointing_off(self.model), modes.generating():
             return getattr(type(self.model), NAME)(self.model, *args, **kwargs)
 
 

@@ -10,6 +10,10 @@ Choices:
 - The configured checkpointing mode (ModelState.checkpointing) is never changed here, only switched on and off;
   with no configured mode the model's current checkpointing flags are left as they are.
 - The tokenizer is the one from_pretrained attached (ModelState.tokenizer); none attached: nothing to do.
+- `generating()`: a run-time flag (not a mode of the model) for the duration of one generation, so that a forward can
+  tell generation from training and scoring: slimrl's long-context levers are for those, never for generation. The
+  padding-free forward and the row groups are installed only around TRL's log-prob method and compute_loss
+  (patches/row_groups.py), so generation never meets them; the tiled MLP stays on the model and reads this flag.
 """
 
 from __future__ import annotations
@@ -17,7 +21,20 @@ from __future__ import annotations
 import contextlib
 
 from ..state import model_state
+from ..swaps import RunValue
 from . import checkpointing
+
+GENERATING = RunValue("generating", False, "inside a rollout or model.generate: the long-context swaps pass through")
+
+
+def generating():
+    """The block generates (prefill and decoding): slimrl's long-context swaps pass through (tiled_mlp.py). Bound by
+    the patched trainers' rollouts (patches/online.py) and slimrl's `model.generate` (cached_generate.py)."""
+    return GENERATING.bound(True)
+
+
+def is_generating() -> bool:
+    return GENERATING.get()
 
 
 def _configs(model):

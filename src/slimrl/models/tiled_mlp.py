@@ -25,6 +25,10 @@ Choices, and why:
    tokens gives the same values). MoE blocks and modules whose `forward` was already replaced are left alone.
 4. Parameters sharded by DeepSpeed ZeRO-3 or FSDP2: not verified with the tiled backward, so "auto" leaves those
    MLPs untiled and an explicit setting raises, naming the choice.
+5. While generating (`modes.generating()`: the patched trainers' rollouts, slimrl's `model.generate`) the swap passes
+   straight to the class's forward, whatever the setting: a decoding forward holds one new token per row, and the
+   prompt's prefill runs as transformers runs it in stock TRL. The signal is that flag, not grad or the call's size:
+   TRL's old-policy and reference passes are no-grad scoring forwards of whole rows and keep the setting.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import torch
 
 from .. import swaps
 from ..state import model_state, transformers_model
+from .modes import is_generating
 
 AUTO = "auto"
 TILED_MLP_FIELD = "slimrl_tiled_mlp"  # the GRPO/RLOO config field the patched trainers pass to tile_mlp
@@ -110,6 +115,8 @@ def _tiled_forward(state: TiledMLPState):
 
     def forward(self, x, *args, **kwargs):
         original = type(self).forward
+        if is_generating():
+            return original(self, x, *args, **kwargs)
         shard = None if args or kwargs else state.shard_tokens(x.shape[:-1].numel(), x.element_size())
         if shard is not None and state.setting == AUTO and _has_active_dropout(self):
             shard = None

@@ -16,10 +16,15 @@ validates kwargs against. TRL's private helpers this module uses are listed in T
 at patch time like any other seam.
 4. `fused_head_installed(model)`: the same head for the duration of one call only, for trainers whose TRL code never
    installs one (experimental OnlineDPO, A2PO): the model instance keeps nothing afterwards.
+5. One head per model object: TRL's trainers install theirs in `__init__` (SFT, DPO, GRPO, ...), so an SFT run then a
+   GRPO run on one model would stack two heads (every forward, generation's included, through both). A model whose
+   forward is slimrl's head already keeps it, with the new trainer's settings (temperature, fp32 cast, outputs), as
+   the top head of a stack answers every fused call anyway: the numbers are the same, one frame fewer per forward.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 from contextlib import contextmanager, nullcontext
@@ -32,6 +37,7 @@ from ..swaps import restore, swap
 from .chunking import chunk_bounds, num_chunks_of, resolve_num_chunks
 from .lean_logprob import LeanLogProbFunction
 
+HEAD_MARK = "__slimrl_fused_head__"  # on slimrl's forward function: its FusedHeadSettings
 # TRL names read here, (module, name, leading parameters or None): checked by the registry with the head's patch
 TRL_SYMBOLS = (
     ("trl.kernels.chunked_logprob", "ChunkedLogProbFunction", None),
@@ -141,13 +147,40 @@ def _scored_outputs(model, hidden_states, labels, temperature, cast_lm_head_to_f
     return tuple(None if x is None else x.new_zeros(mask.shape).masked_scatter(mask, x) for x in per_token), mask
 
 
+@dataclasses.dataclass
+class FusedHeadSettings:
+    """What one installed head scores with; a second install on the same model changes these, nothing else."""
+
+    temperature: float
+    cast_lm_head_to_fp32: bool
+    outputs: tuple[str, ...]
+
+    def assign(self, other: FusedHeadSettings) -> None:
+        self.temperature, self.cast_lm_head_to_fp32, self.outputs = (
+            other.temperature,
+            other.cast_lm_head_to_fp32,
+            other.outputs,
+        )
+
+
+def installed_head(model) -> FusedHeadSettings | None:
+    """The settings of slimrl's head when it is `model`'s current forward (an instance attribute), else None."""
+    return getattr(getattr(model.__dict__.get("forward"), "__func__", None), HEAD_MARK, None)
+
+
 def add_fused_lm_head(
     model, temperature: float = 1.0, cast_lm_head_to_fp32: bool = False, outputs: tuple[str, ...] = ("log_probs",)
 ) -> None:
     """Patch `model.forward` so `model(..., labels=labels, fused_lm_head=True)` returns a `FusedCausalLMOutput`.
 
     Same contract as `trl.trainer.utils.add_fused_lm_head`; see the module docstring for what differs (memory/time).
+    Idempotent per model object (choice 5): on a model whose forward is slimrl's head already, only the settings change.
     """
+    settings = FusedHeadSettings(temperature, cast_lm_head_to_fp32, tuple(outputs))
+    current = installed_head(model)
+    if current is not None:
+        current.assign(settings)
+        return
     from trl.trainer.utils import FusedCausalLMOutput
 
     original_forward = model.forward
@@ -170,7 +203,14 @@ def add_fused_lm_head(
         else:
             labels = shift_labels
         per_token, mask = _scored_outputs(
-            self, hidden_states, labels, temperature, cast_lm_head_to_fp32, outputs, softcap, logit_scale
+            self,
+            hidden_states,
+            labels,
+            settings.temperature,
+            settings.cast_lm_head_to_fp32,
+            settings.outputs,
+            softcap,
+            logit_scale,
         )
         log_probs, entropy, log_sum_sq_probs, mean_logits, is_top1 = per_token
         loss = -log_probs.sum() / (mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch)
@@ -189,15 +229,22 @@ def add_fused_lm_head(
             aux_loss=aux_loss,
         )
 
+    setattr(_fused_forward, HEAD_MARK, settings)
     swap(model, "forward", types.MethodType(_fused_forward, model), "fused LM head (slimrl.ops.logprob)")
 
 
 @contextmanager
 def fused_head_installed(model, temperature: float = 1.0, outputs: tuple[str, ...] = ("log_probs",)):
     """While active, `model(..., labels= | shift_labels=, fused_lm_head=True)` runs slimrl's head (add_fused_lm_head);
-    on exit the swap is undone (slimrl.swaps.restore), so nothing stays on the model."""
+    on exit the model is as before: the swap undone (slimrl.swaps.restore), or a head already there given back its
+    settings."""
+    before = installed_head(model)
+    kept = None if before is None else dataclasses.replace(before)
     add_fused_lm_head(model, temperature, False, outputs)
     try:
         yield model
     finally:
-        restore(model, "forward")
+        if kept is None:
+            restore(model, "forward")
+        else:
+            before.assign(kept)

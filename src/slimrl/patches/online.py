@@ -18,8 +18,8 @@ Patched (beyond the shared set-up of trainer_setup.py):
    engine, `vllm_sampling_params` checked and copied into the config, visible to the VLLMGeneration seam).
 4. `_generate_single_turn`: FastLanguageModel.for_inference / for_training around every rollout (KV cache on,
    checkpointing off, left padding; the training flag stays as TRL has it, so dropout sampling matches stock), the
-   max_seq_length check on the actual prompts (the first turn's: multiturn.py), and each distinct prompt image
-   encoded once (shared_images.py).
+   max_seq_length check on the actual prompts (the first turn's: multiturn.py), each distinct prompt image
+   encoded once (shared_images.py), and `models/modes.py:generating()` around it: the tiled MLP passes through.
 5. `VLLMGeneration`: rollouts on the model's own vLLM engine when FastLanguageModel.from_pretrained
    (fast_inference=True) attached one; in server mode with `vllm_server_sync` "lora" (or "auto" off CUDA), TRL's
    server client with the LoRA adapter handed over through the server's LoRA endpoints (vllm_server.py); TRL's class
@@ -112,7 +112,8 @@ def make_generate_single_turn(original):
             # (and the RNG stream after them). Cache on and checkpointing off change no numbers, so they stay.
             model.train()
         try:
-            with image_sharing(self):  # each distinct prompt image encoded once in the prefill
+            # each distinct prompt image encoded once in the prefill; the long-context swaps pass through
+            with image_sharing(self), modes.generating():
                 return original(self, prompt_ids, *args, **kwargs)
         finally:
             if was_training:

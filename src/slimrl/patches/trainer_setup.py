@@ -3,9 +3,10 @@
 
 What the wrappers add, and nothing else (TRL's code runs unchanged inside them); the config's `__init__` and
 `__post_init__` (points 1 and 2) are in config_setup.py:
-3. Trainer `__init__`: `tokenizer=` (the name older TRL and Unsloth scripts use) taken as `processing_class=` with a
-   notice, and keywords TRL 0.x took on the trainer that are config fields now (`beta=`, `max_length=`) set on the
-   config with a notice (compat.py); TRL's arguments bound by name. Around TRL's `__init__`, the family's context
+3. Trainer `__init__`: first, once per process, the busy-machine thread policy (slimrl/machine.py); then
+   `tokenizer=` (the name older TRL and Unsloth scripts use) taken as `processing_class=` with a notice, and keywords
+   TRL 0.x took on the trainer that are config fields now (`beta=`, `max_length=`) set on the config with a notice
+   (compat.py); TRL's arguments bound by name. Around TRL's `__init__`, the family's context
    (online: the vLLM engine's rollout config). Before it: the arguments adapted (no `processing_class`: the tokenizer
    FastLanguageModel returned with the model; the family's adapters, e.g. GRPO's reward functions), precision against
    the model's weights, the family's checks, the model's checkpointing mode against the config's flag, the knob on
@@ -28,6 +29,7 @@ import inspect
 import logging
 import warnings
 
+from ..machine import apply_thread_policy
 from ..memory import gib, measure_step
 from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..notices import notice
@@ -183,6 +185,7 @@ def trainer_init_maker(family: Family):
             state = trainer_state(self)
             if state.setting_up:  # a patched subclass's __init__ set this call up already
                 return original(self, *args, **kwargs)
+            apply_thread_policy()  # once per process: fewer torch threads beside other running jobs
             for old, new in ARGUMENT_ALIASES:
                 if old not in signature.parameters:
                     take_alias(kwargs, old, new, type(self).__name__)
