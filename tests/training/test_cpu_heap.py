@@ -4,7 +4,6 @@ the test process's malloc is left as it is, except in the one test that checks t
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import pytest
@@ -36,13 +35,14 @@ def libc(monkeypatch):
     cpu_heap.HEAP.set(before)
 
 
-def test_applied_once_on_cpu_with_a_notice_and_in_describe(libc, caplog):
-    with caplog.at_level(logging.WARNING, logger="slimrl"):
-        assert cpu_heap.apply(torch.device("cpu")) is True
-        assert cpu_heap.apply(torch.device("cpu")) is False  # a second trainer in the same process
+def test_applied_once_on_cpu_with_a_notice_and_in_describe(libc, monkeypatch):
+    said = []
+    monkeypatch.setattr(cpu_heap, "notice", said.append)
+    assert cpu_heap.apply(torch.device("cpu")) is True
+    assert cpu_heap.apply(torch.device("cpu")) is False  # a second trainer in the same process
     assert libc.calls == [(cpu_heap.M_MMAP_THRESHOLD, 1 << 20)]
     assert cpu_heap.M_MMAP_THRESHOLD == -3
-    assert "mmap threshold set to 1 MiB" in caplog.text and "SLIMRL_CPU_HEAP=keep" in caplog.text
+    assert len(said) == 1 and "mmap threshold set to 1 MiB" in said[0] and "SLIMRL_CPU_HEAP=keep" in said[0]
     assert run_values(changed_only=True)["cpu_heap"][1] == "M_MMAP_THRESHOLD=1 MiB"
 
 
