@@ -14,6 +14,8 @@ Choices:
   (`accelerator.backward`), max over steps: what the log-prob path costs. "peak" = peak RSS of the whole process
   (VmHWM polled every 5 ms, folded before every reset).
   On CUDA both read torch's allocator peaks instead. s/step is the mean over steps after the first.
+* `--control-buffer`: each arm also holds a written [completion, vocab] fp32 buffer from the policy forward to the
+  end of its backward (the negative control of bench/grpo_memory_guard.py: a regression it must catch).
 * slimrl arm: `PatchFastRL("grpo")` when `slimrl.patches.registry` provides it, else slimrl's `add_fused_lm_head`
   assigned over `trl.trainer.grpo_trainer.add_fused_lm_head` (the same seam PatchFastRL uses).
 """
@@ -59,7 +61,7 @@ def enable_slimrl() -> str:
     return "add_fused_lm_head"
 
 
-def child_grpo(arm: str, vocab: int, completion: int, steps: int, device: str) -> dict:
+def child_grpo(arm: str, vocab: int, completion: int, steps: int, device: str, control_buffer: bool = False) -> dict:
     import random
     import tempfile
 
@@ -108,7 +110,7 @@ def child_grpo(arm: str, vocab: int, completion: int, steps: int, device: str) -
     )
 
     overall = None if cuda else OverallPeak()
-    phase, working, cuda_peak = PhasePeak(overall), [], [0]
+    phase, working, cuda_peak, held = PhasePeak(overall), [], [0], []
     compute_loss, backward = trainer.compute_loss, trainer.accelerator.backward
 
     def measured_compute_loss(*a, **kw):
@@ -119,6 +121,8 @@ def child_grpo(arm: str, vocab: int, completion: int, steps: int, device: str) -
             torch.cuda.reset_peak_memory_stats()
         else:
             phase.start()
+        if control_buffer:  # the negative control of bench/grpo_memory_guard.py: an extra [T, V] fp32 buffer, written
+            held.append(torch.ones(completion, vocab, device=trainer.accelerator.device))
         return compute_loss(*a, **kw)
 
     def measured_backward(*a, **kw):
@@ -129,6 +133,7 @@ def child_grpo(arm: str, vocab: int, completion: int, steps: int, device: str) -
         else:
             base, peak = phase.stop()
             working.append(peak - base)
+        held.clear()
         return out
 
     trainer.compute_loss, trainer.accelerator.backward = measured_compute_loss, measured_backward
@@ -149,6 +154,8 @@ def child_grpo(arm: str, vocab: int, completion: int, steps: int, device: str) -
         "steps": len(step_times),
         "peak": peak,
         "working": max(working),
+        "working_steps": working,
+        "control_buffer": control_buffer,
         "s_per_step": sum(timed) / len(timed),
         "device": device,
         "grad_bytes": sum(p.numel() * p.element_size() for p in trainer.model.parameters() if p.requires_grad),
@@ -266,6 +273,7 @@ def main(argv=None) -> int:
     p.add_argument("--variants", nargs="+", default=["trl-stock", "trl-compact", "slimrl-auto", "slimrl-8"])
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--json", default=results_path("grpo_memory"), help="the results file")
+    p.add_argument("--control-buffer", action="store_true", help="hold an extra [completion, vocab] buffer (a control)")
     p.add_argument("--child", choices=["stock", "slimrl", "kernel"], help=argparse.SUPPRESS)
     p.add_argument("--variant", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -275,7 +283,7 @@ def main(argv=None) -> int:
         if a.child == "kernel":
             res = child_kernel(a.variant, a.vocab[0], a.completion[0], a.device, a.reps)
         else:
-            res = child_grpo(a.child, a.vocab[0], a.completion[0], a.steps, a.device)
+            res = child_grpo(a.child, a.vocab[0], a.completion[0], a.steps, a.device, a.control_buffer)
         print(json.dumps(res), flush=True)
         return 0
 
@@ -287,7 +295,7 @@ def main(argv=None) -> int:
         configs = [(32768, 64), (152064, 256)]
     else:
         configs = [(v, c) for v in a.vocab for c in a.completion]
-    common = ["--threads", str(a.threads), "--device", a.device]
+    common = ["--threads", str(a.threads), "--device", a.device, *(["--control-buffer"] if a.control_buffer else [])]
 
     if a.kernel:
         kernel_rows = []

@@ -12,7 +12,8 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them);
    the model's weights, the family's checks, the model's checkpointing mode against the config's flag, the knob on
    every model given (`precompute_ref_log_probs` runs a reference pass inside TRL's `__init__`). TRL's `__init__`
    then gets the adapted arguments. After it: the knob on the models TRL ended up with (a reference it loaded itself
-   included) and the model's checkpointing mode re-applied (the HF Trainer re-enables its own).
+   included) and the model's checkpointing mode re-applied (the HF Trainer re-enables its own); on the CPU, glibc's
+   mmap threshold lowered once per process (slimrl.training.cpu_heap).
 4. `training_step`: the memory high-water mark at the step's end (CUDA max allocated, or VmHWM on CPU; read, never
    reset: slimrl.memory) as the `peak_memory_gb` metric, in the trainer's own metric store (`_metrics`, or
    `_stored_metrics` for the older ORPO/CPO trainers, `stats` for the
@@ -36,7 +37,7 @@ from ..notices import notice
 from ..ops.chunking import set_num_chunks
 from ..state import AUTO_CHUNKS, model_state, trainer_state, user_set
 from ..swaps import set_field
-from ..training import oom
+from ..training import cpu_heap, oom
 from . import precision
 from .compat import ARGUMENT_ALIASES, move_trainer_kwargs, take_alias
 from .config_setup import config_default_patches, config_defaults, config_init_maker, config_post_init_maker
@@ -153,6 +154,7 @@ def _prepared(call: SetupCall | None, family: Family):
 
 
 def _after_init(trainer) -> None:
+    cpu_heap.apply(trainer.accelerator.device)
     chunks = getattr(trainer.args, "slimrl_num_chunks", AUTO_CHUNKS)
     set_chunks((trainer.model, getattr(trainer, "ref_model", None)), chunks, trainer.accelerator.unwrap_model)
     output_embeddings = getattr(trainer.model, "get_output_embeddings", None)
