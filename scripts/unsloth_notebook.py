@@ -19,7 +19,7 @@ REFUSALS = (
     (r"openenv|OpenEnv", "needs an external OpenEnv game/environment server"),
     (r"nemo_gym|NeMo-Gym|nemo-gym", "needs an external NeMo-Gym environment server"),
     (r"gpt-oss|gpt_oss", "gpt-oss models are not supported"),
-    (r"\bfp8\b|FP8|load_in_fp8", "FP8 training needs FP8 hardware kernels"),
+    (r"load_in_fp8\s*=\s*True|['\"][^'\"\n]*(?:fp8|FP8)[^'\"\n]*['\"]", "FP8 training needs FP8 hardware kernels"),
     (r"[Dd]iffusion|dLLM|LLaDA", "diffusion language models are not supported"),
 )
 _MODULES = (("unsloth_zoo", "slimrl"), ("unsloth", "slimrl"))
@@ -33,9 +33,10 @@ def _source(path: Path) -> str:
 
 
 def refusal(text: str) -> str | None:
-    """The reason a notebook cannot run here, or None."""
+    """The reason a notebook cannot run here, or None (comments, pip and install lines are not read)."""
+    code = re.sub(r"^\s*(?:#|!|%).*$|^.*pip install.*$", "", text, flags=re.M)
     for pattern, reason in REFUSALS:
-        if re.search(pattern, text):
+        if re.search(pattern, code):
             return reason
     return None
 

@@ -72,3 +72,5 @@ def test_negative_control_untouched():
     text = "import torch\nprint('unslothful')\n"
     assert nb.transform(text) == (text, [])
     assert nb.refusal(SAMPLE) is None
+    assert nb.refusal("m = load(load_in_fp8 = False)\n") is None
+    assert nb.refusal("# News: gpt-oss and FP8 RL are here\n!pip install openenv\n" + SAMPLE) is None
