@@ -1,0 +1,87 @@
+"""Rewrite an Unsloth notebook (python_scripts/*.py or .ipynb) to run on slimrl.
+
+Usage: python scripts/unsloth_notebook.py NOTEBOOK.py|.ipynb --out OUT.py [--steps 2] [--model smollm2-135m]
+       [--device cpu] [--vllm]
+Each change is listed in the output's header comment. A notebook slimrl cannot run is reported with the reason
+and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+# (pattern, reason): a notebook matching one of these cannot run here
+REFUSALS = (
+    (r"openenv|OpenEnv", "needs an external OpenEnv game/environment server"),
+    (r"nemo_gym|NeMo-Gym|nemo-gym", "needs an external NeMo-Gym environment server"),
+    (r"gpt-oss|gpt_oss", "gpt-oss models are not supported"),
+    (r"load_in_fp8\s*=\s*True|['\"][^'\"\n]*(?:fp8|FP8)[^'\"\n]*['\"]", "FP8 training needs FP8 hardware kernels"),
+    (r"[Dd]iffusion|dLLM|LLaDA", "diffusion language models are not supported"),
+)
+_MODULES = (("unsloth_zoo", "slimrl"), ("unsloth", "slimrl"))
+
+
+def _source(path: Path) -> str:
+    if path.suffix != ".ipynb":
+        return path.read_text()
+    cells = json.loads(path.read_text()).get("cells", [])
+    return "\n\n".join("".join(c["source"]) for c in cells if c.get("cell_type") == "code")
+
+
+def refusal(text: str) -> str | None:
+    """The reason a notebook cannot run here, or None (comments, pip and install lines are not read)."""
+    code = re.sub(r"^\s*(?:#|!|%).*$|^.*pip install.*$", "", text, flags=re.M)
+    for pattern, reason in REFUSALS:
+        if re.search(pattern, code):
+            return reason
+    return None
+
+
+def _sub(text: str, pattern: str, repl, note: str, changes: list[str], flags: int = 0) -> str:
+    new, n = re.subn(pattern, repl, text, flags=flags)
+    if n:
+        changes.append(f"{note} ({n}x)")
+    return new
+
+
+def transform(text: str, steps: int = 2, model: str = "smollm2-135m", device: str = "cpu", vllm: bool = False):
+    """(rewritten text, list of changes)."""
+    changes: list[str] = []
+    text = _sub(text, r"^\s*[!%].*$", "", "removed pip/magic lines", changes, re.M)
+    text = _sub(text, r"^\s*(?:import\s+subprocess.*|.*pip install.*)$", "", "removed install lines", changes, re.M)
+    for old, new in _MODULES:
+        text = _sub(text, rf"\b(from|import)\s+{old}\b", rf"\1 {new}", f"{old} imports -> {new}", changes)
+    text = _sub(text, r"model_name\s*=\s*['\"][^'\"]+['\"]", f'model_name = "{model}"', f"model -> {model}", changes)
+    text = _sub(text, r"['\"]cuda(?::\d+)?['\"]", f'"{device}"', f'"cuda" -> "{device}"', changes)
+    text = _sub(text, r"max_steps\s*=\s*\d+", f"max_steps = {steps}", f"max_steps capped at {steps}", changes)
+    text = _sub(text, r"fast_inference\s*=\s*\w+", f"fast_inference = {vllm}", f"fast_inference = {vllm}", changes)
+    return text, changes
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("notebook", type=Path)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--vllm", action="store_true")
+    a = p.parse_args(argv)
+    text = _source(a.notebook)
+    reason = refusal(text)
+    if reason:
+        print(f"{a.notebook}: cannot run on slimrl: {reason}", file=sys.stderr)
+        return 2
+    out, changes = transform(text, a.steps, a.model, a.device, a.vllm)
+    header = "".join(f"# - {c}\n" for c in changes)
+    a.out.write_text(f"# Rewritten from {a.notebook.name} by scripts/unsloth_notebook.py:\n{header}\n{out}")
+    print("\n".join(changes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""scripts/unsloth_notebook.py: every rewrite, the refusals, and a negative control."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "scripts" / "unsloth_notebook.py"
+_SPEC = importlib.util.spec_from_file_location("unsloth_notebook", _PATH)
+nb = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(nb)
+
+SAMPLE = """!pip install unsloth
+%%capture
+from unsloth import FastLanguageModel, PatchFastRL
+import unsloth
+model, tok = FastLanguageModel.from_pretrained(model_name = "unsloth/Qwen3-4B-Base", fast_inference = True)
+x = torch.zeros(1, device = "cuda")
+args = GRPOConfig(max_steps = 500)
+"""
+
+
+def test_every_rewrite(tmp_path):
+    src = tmp_path / "n.py"
+    src.write_text(SAMPLE)
+    out = tmp_path / "o.py"
+    assert nb.main([str(src), "--out", str(out), "--steps", "3"]) == 0
+    text = out.read_text()
+    body = text.split("\n\n", 1)[1]
+    assert "pip install" not in body and "%%capture" not in body
+    assert "from slimrl import FastLanguageModel, PatchFastRL" in text and "import slimrl" in text
+    assert 'model_name = "smollm2-135m"' in text and '"cpu"' in text and '"cuda"' not in body
+    assert "max_steps = 3" in text and "fast_inference = False" in text
+    assert text.startswith("# Rewritten from n.py") and "# - max_steps capped at 3" in text
+
+
+def test_vllm_and_ipynb(tmp_path):
+    cells = [
+        {"cell_type": "markdown", "source": ["from unsloth import x"]},
+        {"cell_type": "code", "source": ["!pip install unsloth\n", "from unsloth import FastModel\n"]},
+        {"cell_type": "code", "source": ["m = FastModel.from_pretrained(fast_inference = False)"]},
+    ]
+    src = tmp_path / "n.ipynb"
+    src.write_text(json.dumps({"cells": cells}))
+    out = tmp_path / "o.py"
+    assert nb.main([str(src), "--out", str(out), "--vllm"]) == 0
+    text = out.read_text()
+    assert "from slimrl import FastModel" in text and "fast_inference = True" in text
+    assert "from unsloth import x" not in text  # markdown cells dropped
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "from openenv import Env",
+        "model_name = 'unsloth/gpt-oss-20b'",
+        "load_in_fp8 = True",
+        "import nemo_gym",
+        "model = 'LLaDA diffusion'",
+    ],
+)
+def test_refusals(tmp_path, line, capsys):
+    src = tmp_path / "n.py"
+    src.write_text(SAMPLE + line + "\n")
+    assert nb.main([str(src), "--out", str(tmp_path / "o.py")]) == 2
+    assert "cannot run on slimrl" in capsys.readouterr().err
+    assert not (tmp_path / "o.py").exists()
+
+
+def test_negative_control_untouched():
+    text = "import torch\nprint('unslothful')\n"
+    assert nb.transform(text) == (text, [])
+    assert nb.refusal(SAMPLE) is None
+    assert nb.refusal("m = load(load_in_fp8 = False)\n") is None
+    assert nb.refusal("# News: gpt-oss and FP8 RL are here\n!pip install openenv\n" + SAMPLE) is None
