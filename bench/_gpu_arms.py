@@ -56,7 +56,7 @@ SPEED_LEVERS_OFF = dict.fromkeys(SPEED_LEVERS.values(), False)
 ARMS += tuple(f"slimrl-only-{lever}" for lever in SPEED_LEVERS)
 NEEDS_CUDA = {
     "stock-liger": "TRL's use_liger_kernel runs Liger's Triton kernels: CUDA only",
-    "slimrl-only-liger": "slimrl applies Liger-Kernel on CUDA only",
+    "slimrl-only-liger": "slimrl applies Liger-Kernel (liger_kernel=True) on CUDA only",
     "unsloth": "Unsloth needs CUDA",
     "unsloth-ga8": "Unsloth needs CUDA",
 }
@@ -113,6 +113,8 @@ def prepare_arm(arm: str, algorithm: str, model) -> tuple[object, dict]:
 
     if arm not in ARMS:
         raise ValueError(f"arm must be one of {ARMS}, not {arm!r}")
+    if arm in NEEDS_CUDA and model.device.type != "cuda":
+        raise ArmSkipped(f"{NEEDS_CUDA[arm]} (device {model.device.type})")
     if arm.startswith("slimrl"):
         from slimrl import FastLanguageModel, PatchFastRL
 

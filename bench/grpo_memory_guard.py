@@ -24,6 +24,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import results_path, write_results  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITTED = os.path.join(ROOT, "bench", "results", "committed", "grpo_memory_repeatable.json")
 MiB = 1024**2
@@ -70,6 +73,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--control-buffer", action="store_true", help="the negative control: an extra [T, V] buffer")
+    p.add_argument("--json", default=results_path("grpo_memory_guard"), help="the results file: verdict, both figures")
     a = p.parse_args(argv)
     if not 0 < a.tolerance < 1 or a.steps < 1 or a.threads < 1:
         p.error("--tolerance must be in (0, 1), --steps and --threads at least 1")
@@ -78,7 +82,9 @@ def main(argv=None) -> int:
     ok, line = verdict(run["working"], ref["working"], a.tolerance)
     control = ", with the control buffer" if a.control_buffer else ""
     print(f"# GRPO step, V={ref['vocab']}, completion {ref['completion']}, {a.steps} step(s){control}: {line}")
-    print(json.dumps({"passes": ok, "measured": run["working"], "committed": ref["working"], **run}))
+    result = {"passes": ok, "measured": run["working"], "committed": ref["working"], **run}
+    print(json.dumps(result))
+    write_results(a.json, result)
     return 0 if ok else 1
 
 

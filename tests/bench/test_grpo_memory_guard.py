@@ -41,8 +41,9 @@ def test_the_committed_figure_is_the_issue_config_and_under_005x_stock():
     assert row["slimrl"]["working_steps"][0] == max(row["slimrl"]["working_steps"])  # why the guard runs one step
 
 
-def _run_guard(*args: str) -> tuple[int, dict, str]:
+def _run_guard(tmp_path, *args: str) -> tuple[int, dict, str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    args = ("--json", str(tmp_path / "guard.json"), *args)  # the results file, not bench/results/
     proc = subprocess.run(
         [sys.executable, SCRIPT, *args], env=env, capture_output=True, text=True, timeout=900, check=False
     )
@@ -52,15 +53,15 @@ def _run_guard(*args: str) -> tuple[int, dict, str]:
 
 
 @pytest.mark.slow
-def test_the_guard_passes_on_the_code_as_it_is():
-    rc, result, out = _run_guard()
+def test_the_guard_passes_on_the_code_as_it_is(tmp_path):
+    rc, result, out = _run_guard(tmp_path)
     assert rc == 0 and result["passes"], out
     assert result["measured"] <= 1.10 * result["committed"]
 
 
 @pytest.mark.slow
-def test_the_negative_control_an_extra_t_by_v_buffer_trips_it():
-    rc, result, out = _run_guard("--control-buffer")
+def test_the_negative_control_an_extra_t_by_v_buffer_trips_it(tmp_path):
+    rc, result, out = _run_guard(tmp_path, "--control-buffer")
     assert rc == 1 and not result["passes"] and result["control_buffer"], out
     assert "REGRESSION" in out
     assert result["measured"] - result["committed"] >= 0.9 * 512 * 152064 * 4  # the buffer is what it measured
