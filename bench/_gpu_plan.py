@@ -98,8 +98,9 @@ def predicted_longest(
     arm: str, model: str, rows: int, device: str, device_total: int | None, resolution: int, maximum: int
 ) -> dict:
     """slimrl's prediction of the longest completion that fits, made before any probe runs:
-    `slimrl.planning.longest.longest_completion` on what the arm runs (`predicted_longest`; None with a
-    `prediction_note` where there is none: Unsloth is not planned, or this slimrl has no such function)."""
+    `slimrl.planning.longest.longest_completion` on what the arm runs (`predicted_longest`, 0 where no length fits, and
+    the planner's whole answer as `prediction`; None with a `prediction_note` where there is none: Unsloth is not
+    planned, or this slimrl has no such function)."""
     if arm.startswith("unsloth"):
         return {
             "predicted_longest": None,
@@ -112,7 +113,7 @@ def predicted_longest(
     row = {"kind": "grpo", "arm": arm, "model": model, "length": resolution, "rows": rows, "device_kind": device}
     config, fields, keywords = plan_inputs(row, device_total, max_positions=2 * maximum)
     try:
-        value = longest_completion(config, fields, "grpo", resolution=resolution, maximum=maximum, **keywords)
+        answer = longest_completion(config, fields, "grpo", resolution=resolution, maximum=maximum, **keywords)
     except Exception as exc:  # noqa: BLE001 - a prediction that fails is reported, the search still runs
         return {"predicted_longest": None, "prediction_note": f"{type(exc).__name__}: {exc}"[:300]}
-    return {"predicted_longest": value}
+    return {"predicted_longest": answer["longest_completion"], "prediction": answer}

@@ -491,14 +491,14 @@ class FakeRunner:
 
 @pytest.fixture
 def stub_longest(monkeypatch):
-    """slimrl.planning.longest.longest_completion, stubbed: records its call, predicts 131072."""
+    """slimrl.planning.longest.longest_completion, stubbed: records its call, predicts 131072 (its result dict)."""
     import types
 
     calls = []
 
     def longest_completion(config, fields, algorithm, resolution=4096, maximum=None, **plan_kwargs):
         calls.append(("predict", algorithm, resolution, maximum, fields["per_device_train_batch_size"], plan_kwargs))
-        return 131072
+        return {"longest_completion": 131072, "peak_bytes": 70 * 2**30, "reason": "stub"}
 
     module = types.ModuleType("slimrl.planning.longest")
     module.longest_completion = longest_completion
