@@ -110,7 +110,7 @@ def test_head_rows_follow_the_chunk_knob():
     assert T.head_forward(shape, fixed, 1000).bytes == 2 * 250 * 50000 * 4
 
 
-def test_cpu_keeps_the_heap_of_an_earlier_phase_and_cuda_does_not():
+def test_cpu_keeps_the_heap_of_an_earlier_phase_and_cuda_does_not(monkeypatch):
     config = tiny_llama_config(
         vocab_size=8192, hidden_size=256, intermediate_size=512, num_layers=8, num_heads=4, num_kv_heads=4
     )  # test_plan_accuracy's "kv" run: 0.5 GiB of cache in <32 MiB blocks
@@ -122,6 +122,9 @@ def test_cpu_keeps_the_heap_of_an_earlier_phase_and_cuda_does_not():
         gradient_checkpointing=True,
         bf16=False,
     )
+    slimrl_heap = plan(config, fields, "grpo", prompt_length=64, dtype="float32", device="cpu", device_memory_gb=64)
+    assert slimrl_heap.carried_heap == 0  # slimrl's 1 MiB threshold (training/cpu_heap.py) returns those blocks
+    monkeypatch.setattr(T, "HEAP_LIMIT", 32 * 2**20)  # glibc's own threshold (SLIMRL_CPU_HEAP=keep)
     cpu = plan(config, fields, "grpo", prompt_length=64, dtype="float32", device="cpu", device_memory_gb=64)
     cuda = plan(config, fields, "grpo", prompt_length=64, dtype="float32", device="cuda", device_memory_gb=64)
     assert cpu.heap_phase == "rollout" and cpu.peak_phase != "rollout" and cpu.carried_heap > 0

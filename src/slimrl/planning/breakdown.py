@@ -15,8 +15,9 @@ How the terms (formulas: slimrl.planning.terms) combine:
 - CUDA: peak = resident + the largest phase (torch's caching allocator reuses freed blocks; the plan is what it
   allocates, the context is the runtime term).
 - CPU: peak = resident + the largest heap part of any phase + the largest mmap part of any phase. glibc serves
-  blocks under 32 MiB from its heap and keeps them resident once freed (they are reused, not returned), larger
-  blocks are mmapped and returned on free; so in a steady step the heap high-water mark of one phase (a rollout's
+  blocks under its mmap threshold (1 MiB, as slimrl sets it for a patched trainer: training/cpu_heap.py) from its
+  heap and keeps them resident once freed (they are reused, not returned), larger blocks are mmapped and returned
+  on free; so in a steady step the heap high-water mark of one phase (a rollout's
   KV cache, the activations) is still resident when another phase maps its large buffers (the log-prob tiles).
 Not modelled (why a plan is a plan): fragmentation beyond that, the dataset, tokenizer and Python objects beyond
 the runtime term, attention score matrices of an eager attention implementation (SDPA keeps none).

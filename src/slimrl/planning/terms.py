@@ -47,7 +47,7 @@ from .shapes import ModelShape
 
 GiB = 1024**3
 MiB = 1024**2
-HEAP_LIMIT = 32 * MiB  # glibc's largest mmap threshold: smaller blocks come from (and stay in) the heap
+HEAP_LIMIT = 1 * MiB  # the mmap threshold slimrl sets on a CPU (training/cpu_heap.py): smaller blocks stay in the heap
 RUNTIME_CPU_BYTES = int(0.55 * GiB)  # peak RSS of a GRPO/DPO step on a 1-layer, 16-wide model (this machine)
 CUDA_CONTEXT_BYTES = int(0.5 * GiB)  # CUDA context + cuBLAS/cuDNN workspaces, outside torch's allocator
 TRITON_TOKEN_CHUNK, TRITON_VOCAB_TILE = 4096, 32768  # TRL's ChunkedLogProbFunction tiles (CUDA)

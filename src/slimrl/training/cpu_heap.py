@@ -22,10 +22,11 @@ import os
 import sys
 
 from ..notices import notice
+from ..planning.terms import HEAP_LIMIT
 from ..swaps import ProcessValue
 
 M_MMAP_THRESHOLD = -3  # glibc's malloc.h
-THRESHOLD_BYTES = 1 << 20
+THRESHOLD_BYTES = HEAP_LIMIT  # the planner's heap limit (planning/terms.py) is this setting
 OPT_OUT_VAR, OPT_OUT_VALUE = "SLIMRL_CPU_HEAP", "keep"
 USER_VARS = ("MALLOC_MMAP_THRESHOLD_",)
 
