@@ -24,6 +24,11 @@ Choices:
    and PatchFastRL alike). There torch is loaded, so only its thread count can change (`torch.set_num_threads`);
    on 2 cores that is the arm that matters (1 thread has no other thread to wait for). `slimrl.cli.main` called
    in-process changes nothing.
+5. A running trainer looks again between steps, at most every RECHECK_SECONDS (`recheck_thread_policy`, a
+   callback patches/trainer_setup.py adds): a job that arrives after training started lowers its threads too, and
+   slimrl's own lowering is undone once the machine is quiet again (torch's own count back). Only threads slimrl
+   manages: where the user chose (choice 3) nothing is watched, and a count the user sets during training ends the
+   watch. This process's own running threads are not counted as other jobs (its OpenMP workers spin between ops).
 """
 
 from __future__ import annotations
@@ -41,6 +46,10 @@ USER_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS"
 OPT_OUT_VARIABLE = "SLIMRL_THREADS"  # "keep": slimrl never changes torch's threads
 OPT_OUT_VALUE = "keep"
 _APPLIED = ProcessValue("thread_policy_applied", False, "the busy-machine thread policy ran (slimrl.machine)")
+# choice 5: {"default": torch's own count, "threads": the count slimrl left torch at (None until the first look),
+# "last": when it last looked}; None where the threads are not slimrl's to change
+_WATCH = ProcessValue("thread_watch", None, "torch threads slimrl manages between steps (slimrl.machine)")
+RECHECK_SECONDS = 10.0
 
 
 def usable_cores() -> int:
@@ -48,17 +57,29 @@ def usable_cores() -> int:
 
 
 def other_running_jobs(samples: int = 5, interval: float = 0.05) -> int:
-    """Runnable tasks other than this process, now (median of a few /proc/loadavg readings; 0 where unreadable)."""
+    """Runnable tasks other than this process's, now (median of a few /proc/loadavg readings; 0 where unreadable)."""
     counts = []
     for i in range(samples):
         try:
             with open("/proc/loadavg") as f:
-                counts.append(int(f.read().split()[3].split("/")[0]) - 1)
+                counts.append(int(f.read().split()[3].split("/")[0]) - own_running_threads())
         except (OSError, IndexError, ValueError):
             return 0
         if i + 1 < samples:
             time.sleep(interval)
     return max(0, int(statistics.median(counts)))
+
+
+def own_running_threads() -> int:
+    """This process's threads the kernel counts as runnable now (at least 1: the one asking)."""
+    running = 0
+    for stat in glob.glob(f"/proc/{os.getpid()}/task/*/stat"):
+        try:
+            with open(stat) as f:
+                running += f.read().rsplit(")", 1)[1].split()[0] == "R"
+        except (OSError, IndexError):
+            continue
+    return max(1, running)
 
 
 def busy_thread_settings(others: int, cores: int, environ) -> dict[str, str]:
@@ -149,10 +170,41 @@ def apply_thread_policy(environ=None) -> str | None:
     _APPLIED.set(True)
     if _kept_by_user(environ):
         return None
+    _WATCH.set({"default": torch_default_threads() or usable_cores(), "threads": None, "last": time.monotonic()})
     if _torch_loaded():
         said = _lower_torch_threads(other_running_jobs(), usable_cores())
     else:
         said = adapt_threads_to_load(environ)
+    if _torch_loaded():
+        import torch
+
+        _WATCH.get()["threads"] = torch.get_num_threads()
     if said:
         notice(said)
+    return said
+
+
+def recheck_thread_policy(now: float | None = None) -> str | None:
+    """Between steps (choice 5): torch's threads for the jobs running now, said in one notice when they change."""
+    watch = _WATCH.get()
+    now = time.monotonic() if now is None else now
+    if watch is None or now - watch["last"] < RECHECK_SECONDS:
+        return None
+    import torch
+
+    current = torch.get_num_threads()
+    if watch["threads"] is not None and current != watch["threads"]:  # the user set a count: theirs from now on
+        _WATCH.set(None)
+        return None
+    others, cores = other_running_jobs(samples=3, interval=0.02), usable_cores()
+    wanted = min(watch["default"], max(1, cores - others))
+    watch.update(threads=wanted, last=now)
+    if wanted == current:
+        return None
+    torch.set_num_threads(wanted)
+    said = (
+        f"{others} other running job(s) on {cores} cores: torch threads {current} -> {wanted} "
+        f"(torch.set_num_threads or OMP_NUM_THREADS to choose, {OPT_OUT_VARIABLE}={OPT_OUT_VALUE} to keep torch's)"
+    )
+    notice(said)
     return said

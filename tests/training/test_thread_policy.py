@@ -1,6 +1,8 @@
 """The busy-machine thread policy through the Python API (slimrl/machine.py:apply_thread_policy): with other running
 jobs torch's threads are lowered once per process with one notice; the user's torch.set_num_threads, thread
-variables and SLIMRL_THREADS=keep win; a patched trainer's construction applies it (no CLI involved)."""
+variables and SLIMRL_THREADS=keep win; a patched trainer's construction applies it (no CLI involved); between steps
+(recheck_thread_policy) a job arriving later lowers them, a quiet machine gets torch's count back, and a count the
+user sets ends the watch."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import tempfile
 import pytest
 import torch
 
-from slimrl import machine
+from slimrl import machine, notices
+from slimrl.training.thread_watch import ThreadWatch, watch_threads
 
 
 @pytest.fixture
@@ -19,7 +22,8 @@ def busy(monkeypatch):
     (monkeypatched readings: no real load is read); torch's threads put back afterwards."""
     before = torch.get_num_threads()
     monkeypatch.setattr(machine._APPLIED, "_value", False)
-    monkeypatch.setattr(machine, "other_running_jobs", lambda: 1)
+    monkeypatch.setattr(machine._WATCH, "_value", None)
+    monkeypatch.setattr(machine, "other_running_jobs", lambda **kw: 1)
     monkeypatch.setattr(machine, "usable_cores", lambda: 2)
     monkeypatch.setattr(machine, "torch_default_threads", lambda: 2)
     for name in (*machine.USER_THREAD_VARIABLES, machine.OPT_OUT_VARIABLE):
@@ -46,7 +50,7 @@ def test_busy_machine_lowers_torch_threads_once_with_one_notice(busy, caplog):
 
 
 def test_quiet_machine_keeps_torchs_threads(busy):
-    busy.setattr(machine, "other_running_jobs", lambda: 0)
+    busy.setattr(machine, "other_running_jobs", lambda **kw: 0)
     assert machine.apply_thread_policy() is None and torch.get_num_threads() == 2
 
 
@@ -96,7 +100,7 @@ def test_a_patched_trainers_construction_applies_it(busy):
         use_cpu=True,
         bf16=False,
     )
-    GRPOTrainer(
+    trainer = GRPOTrainer(
         model=tiny_llama(0, vocab_size=256, hidden_size=16, num_layers=1),
         reward_funcs=lambda completions, **kw: [0.0] * len(completions),
         args=config,
@@ -104,3 +108,47 @@ def test_a_patched_trainers_construction_applies_it(busy):
         processing_class=tiny_tokenizer(256),
     )
     assert torch.get_num_threads() == 1 and machine._APPLIED.get()
+    assert sum(isinstance(c, ThreadWatch) for c in trainer.callback_handler.callbacks) == 1
+    watch_threads(trainer)  # a second call adds none
+    assert sum(isinstance(c, ThreadWatch) for c in trainer.callback_handler.callbacks) == 1
+
+
+def _started_quiet(busy, jobs: list[int]):
+    """The policy applied on a quiet machine (torch keeps 2 threads); `jobs[0]` running jobs from then on."""
+    busy.setattr(machine, "other_running_jobs", lambda **kw: jobs[0])
+    assert machine.apply_thread_policy() is None and torch.get_num_threads() == 2
+    return machine._WATCH.get()["last"]
+
+
+def test_a_job_arriving_during_training_lowers_the_threads_and_quiet_restores_them(busy, caplog):
+    jobs = [0]
+    busy.setattr(notices, "_said", set())  # a fresh process: no notice said yet
+    start = _started_quiet(busy, jobs)
+    jobs[0] = 1
+    assert machine.recheck_thread_policy(start + 1) is None  # too soon after the last look: nothing read
+    with caplog.at_level(logging.WARNING, logger="slimrl"):
+        said = machine.recheck_thread_policy(start + machine.RECHECK_SECONDS)
+    assert torch.get_num_threads() == 1 and "torch threads 2 -> 1" in said and len(_notices(caplog)) == 1
+    assert machine.recheck_thread_policy(start + 2 * machine.RECHECK_SECONDS) is None  # still busy: unchanged
+    jobs[0] = 0
+    said = machine.recheck_thread_policy(start + 3 * machine.RECHECK_SECONDS)
+    assert torch.get_num_threads() == 2 and "torch threads 1 -> 2" in said
+
+
+def test_a_count_the_user_sets_during_training_ends_the_watch(busy):
+    jobs = [0]
+    start = _started_quiet(busy, jobs)
+    torch.set_num_threads(1)  # the user's own choice, after slimrl looked
+    jobs[0] = 0
+    assert machine.recheck_thread_policy(start + machine.RECHECK_SECONDS) is None
+    assert torch.get_num_threads() == 1 and machine._WATCH.get() is None
+
+
+def test_nothing_is_watched_where_the_user_chose(busy):
+    busy.setenv("SLIMRL_THREADS", "keep")
+    assert machine.apply_thread_policy() is None
+    assert machine.recheck_thread_policy(1e9) is None and torch.get_num_threads() == 2
+
+
+def test_this_process_counts_at_least_itself_as_running():
+    assert machine.own_running_threads() >= 1

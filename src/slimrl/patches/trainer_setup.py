@@ -13,7 +13,8 @@ What the wrappers add, and nothing else (TRL's code runs unchanged inside them);
    every model given (`precompute_ref_log_probs` runs a reference pass inside TRL's `__init__`). TRL's `__init__`
    then gets the adapted arguments. After it: the knob on the models TRL ended up with (a reference it loaded itself
    included) and the model's checkpointing mode re-applied (the HF Trainer re-enables its own); on the CPU, glibc's
-   mmap threshold lowered once per process (slimrl.training.cpu_heap).
+   mmap threshold lowered once per process (slimrl.training.cpu_heap); last, a ThreadWatch callback
+   (slimrl.training.thread_watch) that looks at the thread policy again between steps.
 4. `training_step`: the memory high-water mark at the step's end (CUDA max allocated, or VmHWM on CPU; read, never
    reset: slimrl.memory) as the `peak_memory_gb` metric, in the trainer's own metric store (`_metrics`, or
    `_stored_metrics` for the older ORPO/CPO trainers, `stats` for the
@@ -31,6 +32,7 @@ import logging
 import warnings
 
 from ..machine import apply_thread_policy
+from ..training.thread_watch import watch_threads
 from ..memory import gib, measure_step
 from ..models.checkpointing import apply_checkpointing, checkpointing_mode
 from ..notices import notice
@@ -203,6 +205,7 @@ def trainer_init_maker(family: Family):
             finally:
                 state.setting_up = False
             _after_init(self)
+            watch_threads(self)  # the thread policy looked at again between steps (machine.py, choice 5)
 
         return __init__
 

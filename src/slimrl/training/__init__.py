@@ -1,2 +1,2 @@
 """Running a training to its end, or stopping it without loss: interruption (interrupt.py), checkpoints and resume
-(checkpoints.py), out-of-memory handling (oom.py)."""
+(checkpoints.py), out-of-memory handling (oom.py), the thread policy between steps (thread_watch.py)."""
