@@ -23,10 +23,11 @@ def test_user_error_is_one_line_and_exit_2(tmp_path, capsys):
     assert err[1] == "(run with --debug for the traceback)" and len(err) == 2
 
 
-def test_missing_model_path_is_a_user_error(tmp_path, capsys):
+@pytest.mark.parametrize("command", ["dpo", "grpo", "ppo"])
+def test_missing_model_path_is_a_user_error(command, tmp_path, capsys):
     code = main(
         [
-            "dpo",
+            command,
             "--model_name_or_path",
             str(tmp_path / "nowhere"),
             "--max_steps",
