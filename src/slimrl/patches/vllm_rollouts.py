@@ -30,7 +30,7 @@ import warnings
 
 from ..generation.vllm_engine import engine_of, warn_unused
 from ..state import config_state, user_set
-from ..swaps import RunValue, set_field
+from ..swaps import RunValue, adjust_default, set_field
 from . import vllm_server
 
 logger = logging.getLogger("slimrl")
@@ -133,11 +133,10 @@ def _prepare_config(model, args) -> None:
             )
         return
     if not args.use_vllm:
-        if user_set(args, "use_vllm"):
+        if not adjust_default(args, "use_vllm", True, "the model has a vLLM engine (fast_inference=True)"):
             warn_unused("use_vllm", False)
             return
         logger.info("slimrl: use_vllm=True, since the model has a vLLM engine (fast_inference=True)")
-        set_field(args, "use_vllm", True, "the model has a vLLM engine (fast_inference=True)")
     if args.vllm_mode != "colocate":
         warn_unused("vllm_mode", args.vllm_mode)
         return
