@@ -80,7 +80,7 @@ class CheckpointingInputs:
 
     asked: bool | str | None = None  # use_gradient_checkpointing of get_peft_model, the CLI or slimrl.plan
     mark: bool | str | None = None  # the mode recorded on the model (checkpointing_mode); None: never configured
-    flag: bool = False  # the TRL config's gradient_checkpointing
+    flag: bool | str | None = False  # the TRL config's gradient_checkpointing (a plan's dict may give text)
     kwargs_offload: bool = False  # `offload: True` among the config's checkpointing keywords
     trl_offloading: bool = False  # TRL's activation_offloading
     device: str | None = None  # "cuda" | "cpu": only whether "offload" moves anything

@@ -8,9 +8,9 @@ free memory fails mid-step (or takes the machine down with it). Choices:
    being a row group's where the step is scored in groups. Lengths are the plan's worst cases (every completion
    max_completion_length long, prompts `max_seq_length - max_completion_length` or 512 tokens).
 2. Available memory: /proc/meminfo's MemAvailable (what can be allocated without swapping), else the free pages.
-3. Checked where the offload moves anything: a model on a CUDA device, or an offloader set to move host tensors
-   (configure_offload(host_tensors=True)); a CPU run's offload moves nothing and is not checked. Trainers the planner
-   does not know (SFT and others) are not checked.
+3. Checked where the offload moves anything (slimrl.models.checkpointing.resolve_checkpointing decides): a model on
+   a CUDA device, or an offloader set to move host tensors (configure_offload(host_tensors=True)); a CPU run's
+   offload moves nothing and is not checked. Trainers the planner does not know (SFT and others) are not checked.
 4. Too little: ValueError naming both figures and the remedies (fewer rows per group, shorter completions,
    offload off). Offload stays opt-in: the plan names it among the settings that fit when it is one.
 """
