@@ -92,7 +92,8 @@ def test_patched_trainer_leaves_a_config_without_offload_alone(tmp_path, unpatch
 def test_offload_asked_only_with_checkpointing_on(flag, tmp_path):
     from trl import GRPOConfig
 
-    from slimrl.patches.trainer_setup import config_asks_offload
+    from slimrl.models.checkpointing import CONFIG_OFFLOAD
+    from slimrl.patches.trainer_setup import config_checkpointing
 
     args = GRPOConfig(
         output_dir=str(tmp_path),
@@ -100,7 +101,7 @@ def test_offload_asked_only_with_checkpointing_on(flag, tmp_path):
         gradient_checkpointing=flag,
         gradient_checkpointing_kwargs={"offload": True},
     )
-    assert config_asks_offload(args) is flag
+    assert (config_checkpointing(args).row == CONFIG_OFFLOAD) is flag
 
 
 def test_patched_dpo_keeps_the_layer_inputs_offloaded(tmp_path, unpatched):

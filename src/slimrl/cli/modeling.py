@@ -12,6 +12,7 @@ import os
 import torch
 
 from slimrl.fast_language_model import FastLanguageModel
+from slimrl.models.checkpointing import resolve_checkpointing
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -37,8 +38,8 @@ def load_base(
 
 
 def add_lora(model, model_args, gradient_checkpointing: bool, seed: int):
-    use_gc = model_args.use_gradient_checkpointing
-    use_gc = gradient_checkpointing if use_gc is None else use_gc
+    asked = model_args.use_gradient_checkpointing
+    use_gc = resolve_checkpointing(asked=asked, flag=gradient_checkpointing).mode
     return FastLanguageModel.get_peft_model(
         model,
         r=model_args.lora_r,

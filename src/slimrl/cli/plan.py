@@ -57,11 +57,12 @@ def plan_arguments(algorithm: str, model_args, training_args, own) -> tuple[tupl
     """The positional and keyword arguments of `slimrl.plan` for the parsed flags."""
     import torch
 
+    from slimrl.models.checkpointing import resolve_checkpointing
     from slimrl.models.loading import choose_dtype
 
     device = own.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype, _ = choose_dtype(model_args.dtype, device)
-    checkpointing = model_args.use_gradient_checkpointing
+    asked, flag = model_args.use_gradient_checkpointing, training_args.gradient_checkpointing
     return (model_args.model_name_or_path, training_args, algorithm), dict(
         prompt_length=own.prompt_length,
         max_seq_length=model_args.max_seq_length,
@@ -69,7 +70,7 @@ def plan_arguments(algorithm: str, model_args, training_args, own) -> tuple[tupl
         lora_target_modules=model_args.lora_target_modules,
         dtype=str(dtype),
         load_in_4bit=model_args.load_in_4bit,
-        use_gradient_checkpointing=training_args.gradient_checkpointing if checkpointing is None else checkpointing,
+        use_gradient_checkpointing=resolve_checkpointing(asked=asked, flag=flag).mode,
         fast_inference=model_args.fast_inference,
         gpu_memory_utilization=model_args.gpu_memory_utilization,
         device=device,

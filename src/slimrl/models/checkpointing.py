@@ -8,26 +8,38 @@ Modes, recorded on the transformers model (slimrl.state.ModelState.checkpointing
              device). "unsloth" is an alias.
 
 Choices:
-- Offloading uses our own checkpoint function instead of transformers'
-  `activation_checkpointing_enable(offload=True)`. Both rely on the same fact: non-reentrant checkpointing saves the
-  layer inputs through autograd's saved-tensor hooks (`_NoopSaveInputs.save_for_backward`), so an outer hook sees
-  them and can move them. But transformers wraps the call in `save_on_cpu(pin_memory=True)`, which copies on the
-  compute stream (the step waits for every copy), allocates host memory every step, moves the last layer's input
-  out and straight back, and raises on a CPU-only torch build. Ours (slimrl.models.offload) copies beside the
-  compute and leaves host tensors where they are, so on a CPU-only machine "offload" costs what True costs and
-  gives the same numbers.
-- One ActivationOffloader per model (ModelState.offloader), made when "offload" is first enabled and kept through
-  every later enable, so its host buffers are reused from step to step; `configure_offload` changes its settings.
-- The mode must survive the places that re-enable checkpointing themselves: `Trainer.__init__`
-  (`activation_checkpointing_enable(offload=False)` when `args.gradient_checkpointing`), TRL's
-  `unwrap_model_for_generation` and `disable_gradient_checkpointing` (disable, then
-  `gradient_checkpointing_enable(kwargs)`). We set an instance-level `gradient_checkpointing_enable` on the
-  transformers model (as TRL's selective checkpointing does); transformers' `_is_overridden` then routes
-  `activation_checkpointing_enable` through it too, and PeftModel forwards both names to the base model. The
-  wrapper enables the model's own mode whatever the caller asked; mode False turns enables into no-ops (warned
-  once). It is a bound method (`types.MethodType`) so `copy.deepcopy` rebinds it to the copy.
-- The input-embedding `requires_grad` hook (without it LoRA in layer 0 gets no gradient under checkpointing) is
-  registered once; transformers' enable registers another one on every call.
+1. Which mode a run gets is decided in one place, `resolve_checkpointing`, from every input that bears on it: the
+   mode asked for (get_peft_model's `use_gradient_checkpointing`, the CLI's, `slimrl.plan`'s), the model's mark (the
+   mode slimrl recorded on it), the TRL config's `gradient_checkpointing` flag and its keywords' `offload`, TRL's
+   `activation_offloading`, and the device. Its precedence is the table `ROWS`, first matching row wins:
+   1. a mode asked for: that mode;
+   2. the model marked "offload" and TRL's `activation_offloading=True`: True (TRL's hook, the outer one, already
+      moves the checkpointed layer inputs; two offloads would fight over them);
+   3. the model marked: its mark (the more specific choice; the config's flag is aligned to it);
+   4. the config's flag on with `offload: True` among its keywords (transformers' own offload): "offload";
+   5. otherwise the config's flag: True or False.
+   The device decides only whether "offload" moves anything (`Checkpointing.moves`): on a CUDA device, or with an
+   offloader set to move host tensors; a CPU run's "offload" keeps host tensors where they are.
+2. Offloading uses our own checkpoint function instead of transformers'
+   `activation_checkpointing_enable(offload=True)`. Both rely on the same fact: non-reentrant checkpointing saves the
+   layer inputs through autograd's saved-tensor hooks (`_NoopSaveInputs.save_for_backward`), so an outer hook sees
+   them and can move them. But transformers wraps the call in `save_on_cpu(pin_memory=True)`, which copies on the
+   compute stream (the step waits for every copy), allocates host memory every step, moves the last layer's input
+   out and straight back, and raises on a CPU-only torch build. Ours (slimrl.models.offload) copies beside the
+   compute and leaves host tensors where they are, so on a CPU-only machine "offload" costs what True costs and
+   gives the same numbers.
+3. One ActivationOffloader per model (ModelState.offloader), made when "offload" is first enabled and kept through
+   every later enable, so its host buffers are reused from step to step; `configure_offload` changes its settings.
+4. The mode must survive the places that re-enable checkpointing themselves: `Trainer.__init__`
+   (`activation_checkpointing_enable(offload=False)` when `args.gradient_checkpointing`), TRL's
+   `unwrap_model_for_generation` and `disable_gradient_checkpointing` (disable, then
+   `gradient_checkpointing_enable(kwargs)`). We set an instance-level `gradient_checkpointing_enable` on the
+   transformers model (as TRL's selective checkpointing does); transformers' `_is_overridden` then routes
+   `activation_checkpointing_enable` through it too, and PeftModel forwards both names to the base model. The
+   wrapper enables the model's own mode whatever the caller asked; mode False turns enables into no-ops (warned
+   once). It is a bound method (`types.MethodType`) so `copy.deepcopy` rebinds it to the copy.
+5. The input-embedding `requires_grad` hook (without it LoRA in layer 0 gets no gradient under checkpointing) is
+   registered once; transformers' enable registers another one on every call.
 """
 
 from __future__ import annotations
@@ -35,6 +47,8 @@ from __future__ import annotations
 import functools
 import logging
 import types
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -58,6 +72,73 @@ def normalize_mode(value) -> bool | str:
     if isinstance(value, str) and value.lower() in _ALIASES:
         return _ALIASES[value.lower()]
     raise ValueError(f"use_gradient_checkpointing must be True, False, 'offload' or 'unsloth', not {value!r}")
+
+
+@dataclass(frozen=True)
+class CheckpointingInputs:
+    """Everything that bears on the mode (Choices 1); a field left at its default was not given."""
+
+    asked: bool | str | None = None  # use_gradient_checkpointing of get_peft_model, the CLI or slimrl.plan
+    mark: bool | str | None = None  # the mode recorded on the model (checkpointing_mode); None: never configured
+    flag: bool | str | None = False  # the TRL config's gradient_checkpointing (a plan's dict may give text)
+    kwargs_offload: bool = False  # `offload: True` among the config's checkpointing keywords
+    trl_offloading: bool = False  # TRL's activation_offloading
+    device: str | None = None  # "cuda" | "cpu": only whether "offload" moves anything
+    host_tensors: bool = False  # the offloader moves host tensors too (configure_offload(host_tensors=True))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One precedence rule: when `test` holds (and no earlier row did), the mode is `mode`."""
+
+    number: int
+    when: str
+    test: Callable[[CheckpointingInputs], bool]
+    mode: Callable[[CheckpointingInputs], bool | str]
+
+
+def _flag_mode(flag) -> bool | str:
+    """The config's flag as a mode: text read as use_gradient_checkpointing is (a dict may say "offload"), else its
+    truth."""
+    return normalize_mode(flag) if isinstance(flag, str) else bool(flag)
+
+
+ASKED, TRL_OFFLOADS, MARKED, CONFIG_OFFLOAD, CONFIG_FLAG = 1, 2, 3, 4, 5
+ROWS = (
+    Row(ASKED, "a mode asked for", lambda i: i.asked is not None, lambda i: normalize_mode(i.asked)),
+    Row(
+        TRL_OFFLOADS,
+        "the model marked 'offload' and TRL's activation_offloading",
+        lambda i: i.mark == "offload" and bool(i.trl_offloading),
+        lambda i: True,
+    ),
+    Row(MARKED, "the model's mark", lambda i: i.mark is not None, lambda i: i.mark),
+    Row(
+        CONFIG_OFFLOAD,
+        "the config's flag on, its keywords asking offload",
+        lambda i: _flag_mode(i.flag) is not False and bool(i.kwargs_offload),
+        lambda i: "offload",
+    ),
+    Row(CONFIG_FLAG, "the config's flag", lambda i: True, lambda i: _flag_mode(i.flag)),
+)
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """A resolved mode, the row of ROWS that decided it, and whether its offload moves layer inputs to the host."""
+
+    mode: bool | str
+    row: int
+    moves: bool
+
+
+def resolve_checkpointing(**inputs) -> Checkpointing:
+    """The checkpointing mode for `inputs` (CheckpointingInputs' fields), by the first matching row of ROWS."""
+    given = CheckpointingInputs(**inputs)
+    row = next(row for row in ROWS if row.test(given))
+    mode = row.mode(given)
+    moves = mode == "offload" and (given.device == "cuda" or bool(given.host_tensors))
+    return Checkpointing(mode, row.number, moves)
 
 
 base_transformers_model = transformers_model  # the transformers model under a PeftModel (or the model itself)

@@ -23,8 +23,8 @@ import dataclasses
 import inspect
 
 from ..notices import notice
-from ..state import config_state, user_set
-from ..swaps import set_field
+from ..state import config_state
+from ..swaps import adjust_default
 
 ARGUMENT_ALIASES = (("tokenizer", "processing_class"),)
 PPO_ARGUMENT_ALIASES = (("config", "args"), *ARGUMENT_ALIASES)
@@ -136,13 +136,12 @@ def move_trainer_kwargs(signature: inspect.Signature, args: tuple, kwargs: dict,
                 raise TypeError(f"{owner}({name}=...): TRL 1.16 removed {name}. {dict(family.removed_fields)[name]}")
             continue
         value, current = kwargs.pop(name), getattr(config, target)
-        if current is not value and current != value:
-            if user_set(config, target):
-                raise ValueError(
-                    f"{owner}({name}={short(value)}) and {config_cls.__name__}({target}={short(current)}) disagree: "
-                    f"TRL 1.16 reads {target} from the config only; set it there once."
-                )
-            set_field(config, target, value, f"{owner}({name}=...) taken as the config's {target}")
+        why = f"{owner}({name}=...) taken as the config's {target}"
+        if current is not value and current != value and not adjust_default(config, target, value, why):
+            raise ValueError(
+                f"{owner}({name}={short(value)}) and {config_cls.__name__}({target}={short(current)}) disagree: "
+                f"TRL 1.16 reads {target} from the config only; set it there once."
+            )
         state = config_state(config, create=False)
         if state is not None and state.user_fields is not None:  # the user's choice now, not TRL's default
             state.user_fields = state.user_fields | {target}

@@ -33,8 +33,7 @@ import os
 import torch
 
 from ..notices import notice
-from ..state import user_set
-from ..swaps import adjust_default, set_field
+from ..swaps import adjust_default
 
 # The variables accelerate reads for a launch's world size (torchrun, Intel MPI / MPICH, Open MPI, MVAPICH)
 WORLD_SIZE_VARS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -80,13 +79,12 @@ def resolve_config_device(args) -> None:
         )
     if cpu_asked:
         return
-    if user_set(args, "use_cpu"):
+    if not adjust_default(args, "use_cpu", True, "several processes on a machine without an accelerator"):
         raise ValueError(
             f"use_cpu=False, but this machine has no accelerator and the launcher started {processes} processes: "
             "transformers joins CPU processes into one group only with use_cpu=True, so each process would train "
             "alone on its own copy. Set use_cpu=True (or leave it unset), or launch a single process."
         )
-    set_field(args, "use_cpu", True, "several processes on a machine without an accelerator")
     if os.environ.get("RANK", "0") == "0":
         notice(
             f"use_cpu=True (was False): {processes} processes on a machine without an accelerator "

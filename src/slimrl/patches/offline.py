@@ -24,7 +24,7 @@ import dataclasses
 import logging
 import warnings
 
-from ..models.checkpointing import apply_checkpointing, checkpointing_mode
+from ..models.checkpointing import TRL_OFFLOADS, apply_checkpointing, checkpointing_mode, resolve_checkpointing
 from ..swaps import adjust_default
 from . import prompt_limit, shared_prefix_rules, validation
 from .compat import OFFLINE_REMOVED, OFFLINE_RENAMED, PAIRED_REMOVED
@@ -62,7 +62,9 @@ def check_max_length(call: SetupCall) -> None:
 
 def reconcile_offloading(call: SetupCall) -> None:
     """TRL's `activation_offloading=True` and the model's "offload" checkpointing: keep TRL's, checkpoint plainly."""
-    if not getattr(call.args, "activation_offloading", False) or checkpointing_mode(call.model) != "offload":
+    trl_offloading = getattr(call.args, "activation_offloading", False)
+    decided = resolve_checkpointing(mark=checkpointing_mode(call.model), trl_offloading=trl_offloading)
+    if decided.row != TRL_OFFLOADS:
         return
     warnings.warn(
         "activation_offloading=True in the config and use_gradient_checkpointing='offload' on the model both move "
@@ -73,7 +75,7 @@ def reconcile_offloading(call: SetupCall) -> None:
         UserWarning,
         stacklevel=6,
     )
-    apply_checkpointing(call.model, True)
+    apply_checkpointing(call.model, decided.mode)
 
 
 OFFLINE = Family(

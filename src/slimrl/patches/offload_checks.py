@@ -8,9 +8,9 @@ free memory fails mid-step (or takes the machine down with it). Choices:
    being a row group's where the step is scored in groups. Lengths are the plan's worst cases (every completion
    max_completion_length long, prompts `max_seq_length - max_completion_length` or 512 tokens).
 2. Available memory: /proc/meminfo's MemAvailable (what can be allocated without swapping), else the free pages.
-3. Checked where the offload moves anything: a model on a CUDA device, or an offloader set to move host tensors
-   (configure_offload(host_tensors=True)); a CPU run's offload moves nothing and is not checked. Trainers the planner
-   does not know (SFT and others) are not checked.
+3. Checked where the offload moves anything (slimrl.models.checkpointing.resolve_checkpointing decides): a model on
+   a CUDA device, or an offloader set to move host tensors (configure_offload(host_tensors=True)); a CPU run's
+   offload moves nothing and is not checked. Trainers the planner does not know (SFT and others) are not checked.
 4. Too little: ValueError naming both figures and the remedies (fewer rows per group, shorter completions,
    offload off). Offload stays opt-in: the plan names it among the settings that fit when it is one.
 """
@@ -40,10 +40,13 @@ def available_host_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def _offload_moves(model, offloader) -> bool:
-    if offloader is not None and offloader.host_tensors:
-        return True
-    return any(p.device.type == "cuda" for p in model.parameters())
+def _offload_moves(model, offloader, mode) -> bool:
+    """Whether the model's `mode` moves layer inputs (slimrl.models.checkpointing.resolve_checkpointing decides)."""
+    from ..models.checkpointing import resolve_checkpointing
+
+    device = "cuda" if any(p.device.type == "cuda" for p in model.parameters()) else "cpu"
+    host_tensors = offloader is not None and offloader.host_tensors
+    return resolve_checkpointing(mark=mode, device=device, host_tensors=host_tensors).moves
 
 
 def offload_host_need(model, args, offloader=None) -> tuple[int, str] | None:
@@ -65,9 +68,10 @@ def offload_host_need(model, args, offloader=None) -> tuple[int, str] | None:
     return part.bytes, f"{part.formula}; {tokens:,} tokens = {rows}"
 
 
-def check_offload_host_memory(model, args, offloader=None, available: int | None = None) -> None:
-    """Raise ValueError when the offloaded layer inputs of a step would not fit the host's available memory."""
-    if not _offload_moves(model, offloader):
+def check_offload_host_memory(model, args, offloader=None, available: int | None = None, mode="offload") -> None:
+    """Raise ValueError when the offloaded layer inputs of a step would not fit the host's available memory (the
+    model's checkpointing `mode`: none to check unless it is an "offload" that moves anything)."""
+    if not _offload_moves(model, offloader, mode):
         return
     need = offload_host_need(model, args, offloader)
     if need is None or not need[0]:
@@ -90,7 +94,6 @@ def check_trainer_offload(trainer) -> None:
     from ..models.checkpointing import base_transformers_model, checkpointing_mode
     from ..state import model_state
 
-    if checkpointing_mode(trainer.model) != "offload":
-        return
     state = model_state(base_transformers_model(trainer.model), create=False)
-    check_offload_host_memory(trainer.model, trainer.args, getattr(state, "offloader", None))
+    offloader = getattr(state, "offloader", None)
+    check_offload_host_memory(trainer.model, trainer.args, offloader, mode=checkpointing_mode(trainer.model))

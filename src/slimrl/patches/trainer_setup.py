@@ -34,7 +34,7 @@ import warnings
 from ..machine import apply_thread_policy
 from ..training.thread_watch import watch_threads
 from ..memory import gib, measure_step
-from ..models.checkpointing import apply_checkpointing, checkpointing_mode
+from ..models import checkpointing
 from ..notices import notice
 from ..ops.chunking import set_num_chunks
 from ..state import AUTO_CHUNKS, model_state, trainer_state, user_set
@@ -58,8 +58,9 @@ def is_model(obj) -> bool:
 def reconcile_checkpointing(model, args) -> None:
     """The model's checkpointing mode (FastLanguageModel.get_peft_model) is the more specific choice and wins over the
     config's flag; a contradicting flag the user set is warned about, TRL's untouched default is just aligned."""
-    mode = checkpointing_mode(model)
-    if mode is None or bool(mode) == bool(args.gradient_checkpointing):
+    decided = config_checkpointing(args, model)
+    mode = decided.mode
+    if decided.row != checkpointing.MARKED or bool(mode) == bool(args.gradient_checkpointing):
         return
     if user_set(args, "gradient_checkpointing") or not args.gradient_checkpointing:
         warnings.warn(
@@ -86,9 +87,12 @@ def checkpoint_kwargs_of(args) -> dict:
     return {}
 
 
-def config_asks_offload(args) -> bool:
-    """Checkpointing on with `offload: True` among its keywords (transformers' own activation offload)."""
-    return bool(getattr(args, "gradient_checkpointing", False)) and bool(checkpoint_kwargs_of(args).get("offload"))
+def config_checkpointing(args, model=None):
+    """The mode (slimrl.models.checkpointing.ROWS) of the model's mark, the config's flag and its keywords' `offload`
+    (transformers' own activation offload)."""
+    flag, offload = getattr(args, "gradient_checkpointing", False), checkpoint_kwargs_of(args).get("offload")
+    mark = None if model is None else checkpointing.checkpointing_mode(model)
+    return checkpointing.resolve_checkpointing(mark=mark, flag=flag, kwargs_offload=bool(offload))
 
 
 def set_chunks(models, num_chunks: int, unwrap=lambda m: m) -> None:
@@ -166,17 +170,17 @@ def _after_init(trainer) -> None:
             UserWarning,
             stacklevel=3,
         )
-    mode = checkpointing_mode(trainer.model)
-    if mode is not None:
-        apply_checkpointing(trainer.model, mode)
-    elif config_asks_offload(trainer.args):
+    decided = config_checkpointing(trainer.args, trainer.model)
+    if decided.row == checkpointing.MARKED:
+        checkpointing.apply_checkpointing(trainer.model, decided.mode)
+    elif decided.row == checkpointing.CONFIG_OFFLOAD:
         notice(
             "gradient_checkpointing_kwargs offload=True: TRL's GRPO, RLOO, DPO and KTO re-enable checkpointing "
             "without it around their no-grad passes, which would keep every layer input on the device; slimrl keeps "
             "them offloaded (its own offload, the mode use_gradient_checkpointing='offload' gives)."
         )
         kwargs = checkpoint_kwargs_of(trainer.args)
-        apply_checkpointing(trainer.model, "offload", kwargs, kwargs.get("every_n_layers", 1))
+        checkpointing.apply_checkpointing(trainer.model, decided.mode, kwargs, kwargs.get("every_n_layers", 1))
     check_trainer_offload(trainer)  # host memory for the offloaded layer inputs, before the first step
 
 

@@ -30,7 +30,7 @@ import warnings
 
 from ..generation.vllm_engine import engine_of, warn_unused
 from ..state import config_state, user_set
-from ..swaps import RunValue, set_field
+from ..swaps import RunValue, adjust_default
 from . import vllm_server
 
 logger = logging.getLogger("slimrl")
@@ -96,16 +96,15 @@ def apply_sampling_params(args) -> dict:
         value, current = overrides[field], getattr(args, config_field)
         if _same(field, value, current):
             continue
-        if user_set(args, config_field):
+        taken = 0 if field == "top_k" and value == -1 else value
+        if not adjust_default(args, config_field, taken, f"vllm_sampling_params.{field}"):  # the user set it
             raise ValueError(
                 f"vllm_sampling_params.{field}={value!r} and {type(args).__name__}.{config_field}="
                 f"{current!r} disagree; the loss uses the config's value: set one of them."
             )
-        value = 0 if field == "top_k" and value == -1 else value
         logger.info(
-            "slimrl: %s=%r from vllm_sampling_params.%s (config default was %r)", config_field, value, field, current
+            "slimrl: %s=%r from vllm_sampling_params.%s (config default was %r)", config_field, taken, field, current
         )
-        set_field(args, config_field, value, f"vllm_sampling_params.{field}")
     return overrides
 
 
@@ -133,11 +132,10 @@ def _prepare_config(model, args) -> None:
             )
         return
     if not args.use_vllm:
-        if user_set(args, "use_vllm"):
+        if not adjust_default(args, "use_vllm", True, "the model has a vLLM engine (fast_inference=True)"):
             warn_unused("use_vllm", False)
             return
         logger.info("slimrl: use_vllm=True, since the model has a vLLM engine (fast_inference=True)")
-        set_field(args, "use_vllm", True, "the model has a vLLM engine (fast_inference=True)")
     if args.vllm_mode != "colocate":
         warn_unused("vllm_mode", args.vllm_mode)
         return

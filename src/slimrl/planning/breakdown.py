@@ -239,7 +239,7 @@ def suggestions(p: MemoryPlan) -> list[tuple[str, MemoryPlan]]:
     out.append(next((option for option in more_chunks if option[1].fits), more_chunks[-1]))
     if r.checkpointing is False:
         out.append(("use_gradient_checkpointing=True", replan(p, checkpointing=True)))
-    if r.device == "cuda" and r.checkpointing is not False and r.checkpointing != "offload":
+    if r.checkpointing is True and replace(r, checkpointing="offload").offload_moves:
         out.append(('use_gradient_checkpointing="offload"', replan(p, checkpointing="offload")))
     if r.completion_length > 1:
         half = r.completion_length // 2

@@ -105,13 +105,13 @@ def _tiled_mlp_line(m, r, tokens: int) -> str:
 
 
 def _offload_line(r, host_bytes: int) -> str:
-    if r.checkpointing == "offload" and r.device == "cuda" and not host_bytes:
+    if r.offload_moves and not host_bytes:
         return "on, moving nothing: block inputs under the offloader's min_bytes stay on the device"
     if r.checkpointing == "offload":
         return (
             f"on: block inputs in host memory, {host_bytes / 1024**2:,.0f} MiB of it "
             "(use_gradient_checkpointing='offload')"
-            if r.device == "cuda"
+            if r.offload_moves
             else "asked, but a CPU run has no device memory to free: costs what checkpointing does"
         )
     if r.checkpointing is False:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..models.checkpointing import normalize_mode
+from ..models.checkpointing import resolve_checkpointing
 from . import levers
 
 ONLINE = ("grpo", "rloo")
@@ -67,6 +67,11 @@ class RunShape:
     tiled_mlp: bool | str | int = False  # the tiled-MLP setting (slimrl.planning.levers resolves its shard)
     rows_per_group: bool | str | int = False  # the row-groups setting group_rows was resolved from
     padding_free: bool | str = False  # the padding-free setting (not in the peak: rows are counted at full length)
+
+    @property
+    def offload_moves(self) -> bool:
+        """Whether the mode's offload moves block inputs to host memory (a CUDA run's "offload")."""
+        return resolve_checkpointing(asked=self.checkpointing, device=self.device).moves
 
     @property
     def policy_rows(self) -> int:
@@ -136,9 +141,7 @@ def run_shape(
     f = _fields(algorithm, config, overrides)
     weight_bytes = dtype_bytes(dtype or ("bfloat16" if device == "cuda" else "float32"))
     autocast = (f.get("bf16") or f.get("fp16")) and weight_bytes == 4
-    checkpointing = (
-        f.get("gradient_checkpointing", False) if use_gradient_checkpointing is None else use_gradient_checkpointing
-    )
+    checkpointing = resolve_checkpointing(asked=use_gradient_checkpointing, flag=f.get("gradient_checkpointing"))
     prompt, completion = _lengths(algorithm, f, prompt_length, max_seq_length)
     batch, accum = int(f["per_device_train_batch_size"]), int(f.get("gradient_accumulation_steps") or 1)
     beta = float(f.get("beta") or 0.0)
@@ -162,7 +165,7 @@ def run_shape(
         completion_length=completion,
         weight_bytes=weight_bytes,
         act_bytes=2 if autocast else weight_bytes,
-        checkpointing=normalize_mode(checkpointing),
+        checkpointing=checkpointing.mode,
         num_chunks=int(f.get("slimrl_num_chunks", -1) if f.get("slimrl_num_chunks") is not None else -1),
         lora=lora,
         load_in_4bit=load_in_4bit,

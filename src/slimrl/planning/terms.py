@@ -164,7 +164,7 @@ def saved_activations(m: ModelShape, r: RunShape) -> Part:
     if r.checkpointing is False:
         per = per_token_layer_bytes(m, r)
         return part(tokens * m.num_layers * per, f"{tokens:,} tokens x {m.num_layers} layers x {per:,} B", tensor)
-    if r.checkpointing == "offload" and r.device == "cuda" and offloaded_inputs(m, r).bytes:
+    if r.offload_moves and offloaded_inputs(m, r).bytes:
         layers = min(OFFLOAD_DEVICE_LAYERS, m.num_layers)
         n = layers * tokens * m.hidden * r.act_bytes
         return Part(n, f"block inputs offloaded to host memory but {layers}: {tokens:,} tokens x H x a")
@@ -213,7 +213,7 @@ def offload_host_bytes(
 
 def offloaded_inputs(m: ModelShape, r: RunShape) -> Part:
     """Host memory holding the offloaded block inputs (CUDA "offload"): one policy forward's (a row group's)."""
-    if r.checkpointing == "offload" and r.device == "cuda":
+    if r.offload_moves:
         return offload_host_bytes(m.num_layers, m.hidden, r.act_bytes, policy_tokens(r))
     return Part(0)
 
