@@ -32,7 +32,6 @@ import logging
 import warnings
 
 from ..machine import apply_thread_policy
-from ..training.thread_watch import watch_threads
 from ..memory import gib, measure_step
 from ..models import checkpointing
 from ..notices import notice
@@ -40,6 +39,7 @@ from ..ops.chunking import set_num_chunks
 from ..state import AUTO_CHUNKS, model_state, trainer_state, user_set
 from ..swaps import set_field
 from ..training import cpu_heap, oom
+from ..training.thread_watch import watch_threads
 from . import precision
 from .compat import ARGUMENT_ALIASES, move_trainer_kwargs, take_alias
 from .config_setup import config_default_patches, config_defaults, config_init_maker, config_post_init_maker
