@@ -205,8 +205,8 @@ def _grouped_pass(trainer, inner, model, input_ids, attention_mask, logits_to_ke
     from ..ops.row_groups import plan_groups
 
     setting = getattr(trainer.args, ROWS_FIELD, ROWS_DEFAULT)
-    forward_rows = min(input_ids.shape[0], batch_size or input_ids.shape[0])  # TRL's own forwards hold as many
-    if not rules.choose(trainer, "row_groups", setting, forward_rows, input_ids.shape[1]).on:
+    rows = min(input_ids.shape[0], batch_size or input_ids.shape[0])  # TRL's forwards hold at most batch_size
+    if not rules.choose(trainer, "row_groups", setting, rows, input_ids.shape[1]).on:
         return None
     rows, tokens = rules.group_size(trainer, model, setting)
     max_rows = batch_size or input_ids.shape[0]
@@ -248,7 +248,8 @@ def make_row_seam(inner):
         tile_mlp(self.accelerator.unwrap_model(model), getattr(self.args, TILED_MLP_FIELD, TILED_MLP_DEFAULT))
         plain = not compute_aux_loss and all(value is None for value in extra.values())
         padding_free = getattr(self.args, rules.PADDING_FREE_FIELD, rules.AUTO)
-        if not rules.choose(self, "padding_free", padding_free, *input_ids.shape).on:
+        rows = min(input_ids.shape[0], batch_size or input_ids.shape[0])  # TRL's forwards hold at most batch_size
+        if not rules.choose(self, "padding_free", padding_free, rows, input_ids.shape[1]).on:
             padding_free = False
         with padding_free_forwards(self, padding_free):
             args = (self, inner, model, input_ids, attention_mask, logits_to_keep)
