@@ -11,11 +11,11 @@ Choices, and why:
    groups could only come from the free-memory cap, which splits the rows into forwards too small to use the
    cores, with nothing saved. Measured at the main job's size (bare `slimrl grpo`: micro-batches of 8 rows of 130
    tokens, one thread, bench/cpu_levers.py, bench/results/committed/cpu_levers.json): with 512 MiB of free memory
-   read, "auto" scored each micro-batch in 2 groups and the policy forwards of a step took 18.0 s against 10.3 s
-   with the levers off, at the same working memory (932 MiB both); with ample free memory it formed one group, as
-   off. At 8 rows of 1088 tokens groups took the working memory to 0.58x and the step from 87 to 63 s
-   (bench/long_context_cpu.py). On CUDA: the rule of slimrl.ops.row_groups unchanged (the budget, capped by free
-   memory), not measured otherwise.
+   read, "auto" scored each micro-batch in 2 groups and the policy forwards of a step took 9.8 s against 5.1 s
+   with the levers off (medians of 4 interleaved pairs, each pair the same way), at the same working memory
+   (932 MiB both); with ample free memory it formed one group, as off. At 8 rows of 1088 tokens groups took the
+   working memory to 0.58x and the step from 87 to 63 s (bench/long_context_cpu.py). On CUDA: the rule of
+   slimrl.ops.row_groups unchanged (the budget, capped by free memory), not measured otherwise.
 3. Padding-free forwards (`slimrl_padding_free="auto"`) on a CPU: on from the same `CPU_MIN_FORWARD_TOKENS`, or
    where the rows are scored in groups (an explicit number of rows): a group of similar rows is where most padding
    is whole columns. Below it, ungrouped, the columns they could drop are a few hundred tokens' worth, and TRL's
