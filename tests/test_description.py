@@ -55,6 +55,8 @@ def test_trainer_counters_are_the_levers_counts():
         "modules": 2,
         "tiled_calls": 2,
         "sharded_calls": 0,
+        "largest_call": 16,
+        "activation_bytes": 4,
     }
     stats.groups = 99  # a copy: later steps do not change a description already taken
     assert counters["row_groups"]["groups"] == 3
@@ -71,6 +73,8 @@ def test_a_model_has_its_own_counters_and_a_tokenizer_none():
             "modules": 2,
             "tiled_calls": 0,
             "sharded_calls": 0,
+            "largest_call": 0,
+            "activation_bytes": 0,
         },
         "activation_offload": None,
     }

@@ -12,6 +12,11 @@ import hook, a bound trainer config, ...) come last.
 trainer, `row_groups`, `padding_free` and `shared_prefix` (its TrainerState) and `tiled_mlp` and `activation_offload`
 (its model's ModelState); on a model, the last two. Each is a plain dict of the lever's counts, or None while the
 lever has not run on that object; the dict is a copy, taken when `describe` was called.
+
+`levers` says, for each long-context lever, whether it is on or off and why: on a GRPO/RLOO trainer row groups and
+padding-free forwards as "auto" last decided them (slimrl.models.long_context, recorded by the patched trainer at
+each forward) and the tiled MLP for the largest call its model has scored; on a model with the tiled MLP, that lever.
+Each is a line such as "off (auto: off on CPU, a forward of 8 rows x 130 tokens = 1,040 below 4,096)".
 """
 
 from __future__ import annotations
@@ -31,12 +36,14 @@ class Description:
     instance_level: dict = field(default_factory=dict)
     parts: list = field(default_factory=list)  # Descriptions of the objects it holds (a trainer's config, models)
     counters: dict = field(default_factory=dict)  # lever name -> its counts (a plain dict) or None (module docstring)
+    levers: dict = field(default_factory=dict)  # long-context lever -> "on (why)" / "off (why)" (module docstring)
 
     def __str__(self) -> str:
         lines = [f"{self.name}:"]
         lines += [f"  class    {name}: {why}" for name, why in self.class_level.items()]
         lines += [f"  instance {name}: {why}" for name, why in self.instance_level.items()]
         lines += [f"  counter  {name}: {values}" for name, values in self.counters.items() if values is not None]
+        lines += [f"  lever    {name}: {why}" for name, why in self.levers.items()]
         if len(lines) == 1:
             lines.append("  nothing changed by slimrl")
         return "\n".join(lines + [str(part) for part in self.parts])
@@ -78,6 +85,40 @@ def _trainer_counters(trainer) -> dict:
     return counters | _model_counters(getattr(trainer, "model", None))
 
 
+def _tiled_lever(model) -> dict:
+    from .models import long_context
+    from .models.tiled_mlp import tiled_mlp_state
+
+    state = tiled_mlp_state(model) if hasattr(model, "named_modules") else None
+    if state is None:
+        return {}
+    if not state.largest_call:
+        return {"tiled_mlp": str(long_context.before_a_forward("slimrl_tiled_mlp", state.setting))}
+    choice = long_context.tiled_mlp_choice(
+        state.setting, state.hidden, state.intermediate, state.largest_call, state.activation_bytes
+    )
+    return {"tiled_mlp": str(choice)}
+
+
+def _trainer_levers(trainer) -> dict:
+    """Each long-context lever of a GRPO/RLOO trainer: on or off and why, as last decided (models/long_context.py)."""
+    from .models import long_context
+    from .models.tiled_mlp import TILED_MLP_FIELD
+    from .ops.row_groups import PADDING_FREE_FIELD, ROWS_FIELD
+
+    args = trainer.args
+    if not hasattr(args, ROWS_FIELD):
+        return {}
+    state = trainer_state(trainer, create=False)
+    chosen = (None if state is None else state.lever_choices) or {}
+    levers = {
+        lever: str(chosen.get(lever) or long_context.before_a_forward(name, getattr(args, name)))
+        for lever, name in (("row_groups", ROWS_FIELD), ("padding_free", PADDING_FREE_FIELD))
+    }
+    tiled = _tiled_lever(getattr(trainer, "model", None))
+    return levers | (tiled or {"tiled_mlp": str(long_context.before_a_forward(TILED_MLP_FIELD, args.slimrl_tiled_mlp))})
+
+
 def _one(obj, label: str) -> Description:
     from .patches.registry import class_patches
 
@@ -94,6 +135,7 @@ def describe(obj) -> Description:
     description = _one(obj, "object")
     is_trainer = hasattr(obj, "accelerator") and hasattr(obj, "args")
     description.counters = _trainer_counters(obj) if is_trainer else _model_counters(obj)
+    description.levers = _trainer_levers(obj) if is_trainer else _tiled_lever(obj)
     if is_trainer:
         for attribute in ("args", "model", "ref_model", "processing_class"):
             if getattr(obj, attribute, None) is not None:

@@ -69,6 +69,7 @@ class TrainerState:
     row_group_stats: Any = None  # slimrl.patches.row_groups.RowGroupStats, once a row-group seam ran
     row_selection: Any = None  # slimrl.patches.row_groups.RowSelection while a step's rows are scored in groups
     padding_free_stats: Any = None  # slimrl.patches.padding_free.PaddingFreeStats, once a padding-free forward ran
+    lever_choices: Any = None  # lever -> the last slimrl.models.long_context.Choice of its "auto" (patches/row_groups)
     step_start: Any = None  # slimrl.training.oom.StepStart of the optimizer step in progress
     max_prompt_length: int | None = None  # the config's, for ORPO/CPO's tokenize_row (run before TRL sets self.args)
     # a patched subclass (GKD, GOLD on SFTTrainer) is inside its set-up / training step: the patched parent's wrapper

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from slimrl import PatchFastRL
+from slimrl.models import long_context
 from slimrl.ops import row_groups as rg
 from slimrl.patches.row_groups import row_group_stats
 
@@ -41,6 +42,7 @@ def main() -> None:
 def train(cli) -> dict:
     """Patched GRPO on 2 ranks with row groups; this rank's record of the groups it planned and ran."""
     rg.AUTO_GROUP_TOKENS = AUTO_GROUP_TOKENS
+    long_context.CPU_MIN_FORWARD_TOKENS = 1  # "auto" groups these tiny rows on a CPU too
     planned = []
     real_split = rg.split_to
     rg.split_to = lambda groups, count: planned.append((len(groups), count)) or real_split(groups, count)

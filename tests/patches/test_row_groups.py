@@ -203,9 +203,11 @@ def test_control_padding_free_off_by_one_column_fails_parity(tmp_path, unpatched
 def test_fallbacks_keep_stock_numbers_and_say_why(tmp_path, unpatched, saved_model, caplog, monkeypatch):
     """An entropy mask (a quantile over every row) scores the step at once; under "auto", active dropout keeps TRL's
     forwards (other forwards would draw other masks): same numbers as stock, each reason logged once."""
+    from slimrl.models import long_context
     from slimrl.ops import row_groups as rg
 
     monkeypatch.setattr(rg, "AUTO_GROUP_TOKENS", 12)  # "auto" would group these tiny rows
+    monkeypatch.setattr(long_context, "CPU_MIN_FORWARD_TOKENS", 1)  # even on a CPU
     config = dict(top_entropy_quantile=0.5, num_iterations=2, per_device_train_batch_size=4, num_generations=2)
     with caplog.at_level(logging.INFO, logger="slimrl"):
         trainers, _ = _run("grpo", tmp_path, "memory", saved_model, config, True, {ROWS_FIELD: 1})

@@ -74,6 +74,8 @@ class TiledMLPState:
     modules: list = field(default_factory=list)
     tiled_calls: int = 0  # calls run as slimrl.ops.tiled_mlp with grad (shards recomputed in the backward)
     sharded_calls: int = 0  # calls run shard by shard without grad
+    largest_call: int = 0  # tokens of the largest scoring call (not while generating), for describe()'s reason
+    activation_bytes: int = 0  # bytes per activation of that call
 
     def shard_tokens(self, tokens: int, activation_bytes: int) -> int | None:
         """Shard size for a call of `tokens` tokens, or None to run it untiled."""
@@ -117,7 +119,10 @@ def _tiled_forward(state: TiledMLPState):
         original = type(self).forward
         if is_generating():
             return original(self, x, *args, **kwargs)
-        shard = None if args or kwargs else state.shard_tokens(x.shape[:-1].numel(), x.element_size())
+        tokens = x.shape[:-1].numel()
+        if tokens > state.largest_call:
+            state.largest_call, state.activation_bytes = tokens, x.element_size()
+        shard = None if args or kwargs else state.shard_tokens(tokens, x.element_size())
         if shard is not None and state.setting == AUTO and _has_active_dropout(self):
             shard = None
         if shard is not None and _has_sharded_parameters(self):

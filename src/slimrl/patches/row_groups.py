@@ -21,7 +21,8 @@ apply: row_groups_rules.py. How a step runs (`compute_loss` seam), and why:
 4. The no-grad passes through the same method (old-policy and reference log-probs, evaluation) run in groups too, at
    most TRL's `batch_size` rows each.
 5. Around every call of the log-prob method: the padding-free forward (padding_free.py) and the tiled-MLP swap of
-   the model it runs (slimrl.models.tiled_mlp), per their config fields.
+   the model it runs (slimrl.models.tiled_mlp), per their config fields. Whether "auto" groups rows or drops padding
+   for a forward of that size on that device is slimrl.models.long_context's decision (row_groups_rules.choose).
 Observable: `row_group_stats(trainer)`.
 """
 
@@ -131,7 +132,8 @@ def step_groups(trainer, model, inputs, owner: str) -> list[torch.Tensor] | None
     from ..ops.row_groups import plan_groups
 
     setting = getattr(trainer.args, ROWS_FIELD, ROWS_DEFAULT)
-    if setting is False:
+    rows, width = inputs["completion_ids"].shape[0], inputs["prompt_ids"].shape[1] + inputs["completion_ids"].shape[1]
+    if not rules.choose(trainer, "row_groups", setting, rows, width).on:
         return None
     reason = rules.loss_problem(trainer, model, inputs, setting, owner)
     if reason is not None:
@@ -203,7 +205,8 @@ def _grouped_pass(trainer, inner, model, input_ids, attention_mask, logits_to_ke
     from ..ops.row_groups import plan_groups
 
     setting = getattr(trainer.args, ROWS_FIELD, ROWS_DEFAULT)
-    if setting is False:
+    rows = min(input_ids.shape[0], batch_size or input_ids.shape[0])  # TRL's forwards hold at most batch_size
+    if not rules.choose(trainer, "row_groups", setting, rows, input_ids.shape[1]).on:
         return None
     rows, tokens = rules.group_size(trainer, model, setting)
     max_rows = batch_size or input_ids.shape[0]
@@ -244,7 +247,11 @@ def make_row_seam(inner):
     ):
         tile_mlp(self.accelerator.unwrap_model(model), getattr(self.args, TILED_MLP_FIELD, TILED_MLP_DEFAULT))
         plain = not compute_aux_loss and all(value is None for value in extra.values())
-        with padding_free_forwards(self, getattr(self.args, rules.PADDING_FREE_FIELD, rules.AUTO)):
+        padding_free = getattr(self.args, rules.PADDING_FREE_FIELD, rules.AUTO)
+        rows = min(input_ids.shape[0], batch_size or input_ids.shape[0])  # TRL's forwards hold at most batch_size
+        if not rules.choose(self, "padding_free", padding_free, rows, input_ids.shape[1]).on:
+            padding_free = False
+        with padding_free_forwards(self, padding_free):
             args = (self, inner, model, input_ids, attention_mask, logits_to_keep)
             if trainer_state(self).row_selection is not None and torch.is_grad_enabled():
                 return _policy_group(*args, compute_entropy, compute_aux_loss)

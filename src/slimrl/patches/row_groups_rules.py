@@ -5,9 +5,10 @@ tiled MLP slimrl.models.tiled_mlp. Fields, each declared and validated once: the
 their op (slimrl.ops.row_groups, slimrl.models.tiled_mlp), the padding-free one here:
 - `slimrl_rows_per_group`: "auto" (default) | False | a positive int. False: TRL's one forward over the micro-batch;
   n: groups of n rows; "auto": groups of up to slimrl.ops.row_groups.AUTO_GROUP_TOKENS tokens, fewer where free
-  memory says so (the rule and why: slimrl.ops.row_groups).
+  memory says so (the rule and why: slimrl.ops.row_groups), where slimrl.models.long_context turns it on for the
+  device and the forward's size (`choose`, recorded for describe()).
 - `slimrl_padding_free`: "auto" (default) | True | False: forwards skip the columns that are padding for all their
-  rows (padding_free.py).
+  rows (padding_free.py); "auto" where slimrl.models.long_context turns it on.
 - `slimrl_tiled_mlp`: "auto" (default) | True | False | a positive int (slimrl.models.tiled_mlp says when "auto" tiles).
 Active dropout: a forward over other rows or columns draws its dropout masks in another order, so the masks are
 other draws of the same distribution, not stock's draws. "auto" (groups, padding-free, tiled MLP) therefore keeps
@@ -52,6 +53,23 @@ def dropout_problem(trainer, model, setting) -> str | None:
         return None
     base = transformers_model(trainer.accelerator.unwrap_model(model))
     return DROPOUT_REASON if has_active_dropout(base) else None
+
+
+def choose(trainer, lever: str, setting, rows: int, width: int):
+    """The lever's decision for a forward of `rows` x `width` tokens on the trainer's device
+    (slimrl.models.long_context), recorded on the trainer for describe(); `lever`: "row_groups" | "padding_free"."""
+    from ..models import long_context
+    from ..state import trainer_state
+
+    device = trainer.accelerator.device.type
+    if lever == "row_groups":
+        choice = long_context.row_groups_choice(setting, device, rows, width)
+    else:
+        grouping = getattr(trainer.args, ROWS_FIELD, ROWS_DEFAULT)
+        choice = long_context.padding_free_choice(setting, device, rows, width, grouping)
+    state = trainer_state(trainer)
+    state.lever_choices = {**(state.lever_choices or {}), lever: choice}
+    return choice
 
 
 def check_config(args) -> None:

@@ -2,18 +2,19 @@
 holds (`group_rows`) and how many tokens one MLP shard holds in the recompute (`mlp_shard_tokens`, 0: untiled).
 
 Both are resolved by the levers' own rules, never a copy of them: the config field, default, validator and grouping
-of slimrl.ops.row_groups (`ROWS_FIELD`, `partition`, `AUTO_GROUP_TOKENS`) and the field, default, validator and shard
-rule of slimrl.models.tiled_mlp (`TILED_MLP_FIELD`, `TiledMLPState.shard_tokens`). A slimrl without those modules
-scores a step's rows in TRL's one forward with the untiled MLP, and so does the plan; so do algorithms other than
-GRPO/RLOO.
+of slimrl.ops.row_groups (`ROWS_FIELD`, `partition`, `AUTO_GROUP_TOKENS`), the field, default, validator and shard
+rule of slimrl.models.tiled_mlp (`TILED_MLP_FIELD`, `TiledMLPState.shard_tokens`), and whether "auto" turns a lever
+on for the plan's device and sizes: slimrl.models.long_context, the decision a patched trainer takes at run time.
+A slimrl without those modules scores a step's rows in TRL's one forward with the untiled MLP, and so does the plan;
+so do algorithms other than GRPO/RLOO.
 
 Worst case, as everywhere in the plan: every row is prompt + completion tokens long. "auto" groups are then sized by
 the token budget alone; the cap "auto" also takes from free memory at run time only lowers them where memory is
 short, which a plan that fits does not model.
 
 `describe(plan)`: the "long-context levers" block `slimrl plan` prints: row groups, tiled MLP, offload and
-padding-free, each on or off for this plan and why (offload stays opt-in: the plan names it among the settings that
-fit when it is one).
+padding-free, each on or off for this plan and why: the reasons slimrl.models.long_context gives (offload stays
+opt-in: the plan names it among the settings that fit when it is one).
 """
 
 from __future__ import annotations
@@ -49,9 +50,19 @@ def padding_free_setting(algorithm: str, fields: dict):
     return validate_padding_free(fields.get(PADDING_FREE_FIELD, PADDING_FREE_DEFAULT))
 
 
-def group_rows(setting, rows: int, row_tokens: int) -> int:
-    """Rows of the largest group a micro-batch of `rows` rows of `row_tokens` tokens is scored in."""
-    if setting is False or rows <= 1:
+def row_groups_choice(setting, rows: int, row_tokens: int, device: str):
+    """The run's decision (slimrl.models.long_context.row_groups_choice), or None where the levers don't exist."""
+    if not available():
+        return None
+    from ..models.long_context import row_groups_choice
+
+    return row_groups_choice(setting, device, rows, row_tokens)
+
+
+def group_rows(setting, rows: int, row_tokens: int, device: str) -> int:
+    """Rows of the largest group a micro-batch of `rows` rows of `row_tokens` tokens is scored in on `device`."""
+    choice = row_groups_choice(setting, rows, row_tokens, device)
+    if choice is None or not choice.on or rows <= 1:
         return rows
     from ..ops.row_groups import AUTO_GROUP_TOKENS, partition
 
@@ -77,31 +88,22 @@ def mlp_shard_tokens(setting, hidden: int, intermediate: int, call_tokens: int, 
 def _row_groups_line(r) -> str:
     if r.algorithm not in GROUPED or not available():
         return "off: TRL's one forward over the micro-batch (row groups are GRPO/RLOO's)"
-    if r.rows_per_group is False:
-        return "off: slimrl_rows_per_group=False (TRL's one forward over the micro-batch)"
-    from ..ops.row_groups import AUTO_GROUP_TOKENS
-
     tokens = r.prompt_length + r.completion_length
-    why = (
-        f"auto: up to {AUTO_GROUP_TOKENS:,} tokens a group, rows of {tokens:,}"
-        if r.rows_per_group == "auto"
-        else f"{r.rows_per_group} rows a group"
-    )
+    choice = row_groups_choice(r.rows_per_group, r.batch, tokens, r.device)
+    if not choice.on:
+        return f"off: {choice.reason}"
     if r.policy_rows >= r.batch:
-        return f"on, one group of {r.batch} rows ({why})"
-    return f"on: {r.policy_rows} of {r.batch} rows a forward and backward ({why})"
+        return f"on, one group of {r.batch} rows ({choice.reason}; rows of {tokens:,})"
+    return f"on: {r.policy_rows} of {r.batch} rows a forward and backward ({choice.reason}; rows of {tokens:,})"
 
 
 def _tiled_mlp_line(m, r, tokens: int) -> str:
-    if r.tiled_mlp is False:
+    if r.tiled_mlp is False or not available():
         return "off" + (": slimrl_tiled_mlp=False" if r.algorithm in GROUPED and available() else "")
-    shard = mlp_shard_tokens(r.tiled_mlp, m.hidden, m.intermediate, tokens, r.act_bytes)
-    if shard:
-        return f"on: MLP shards of {shard:,} tokens in the recompute (setting {r.tiled_mlp!r})"
-    from ..models.tiled_mlp import auto_threshold_tokens
+    from ..models.long_context import tiled_mlp_choice
 
-    start = max(m.hidden + 1, auto_threshold_tokens(m.intermediate, r.act_bytes))
-    return f"off: 'auto' tiles forwards of {start:,} tokens or more, one here holds {tokens:,}"
+    choice = tiled_mlp_choice(r.tiled_mlp, m.hidden, m.intermediate, tokens, r.act_bytes)
+    return f"{'on' if choice.on else 'off'}: {choice.reason}"
 
 
 def _offload_line(r, host_bytes: int) -> str:
@@ -120,10 +122,15 @@ def _offload_line(r, host_bytes: int) -> str:
 
 
 def _padding_free_line(r) -> str:
-    if r.padding_free is False:
+    if r.padding_free is False or not available():
         return "off" + (": slimrl_padding_free=False" if r.algorithm in GROUPED and available() else "")
-    why = "auto: unless dropout is active" if r.padding_free == "auto" else "True"
-    return f"on ({why}): all-padding columns skipped; the plan counts rows at full length"
+    from ..models.long_context import padding_free_choice
+
+    tokens = r.prompt_length + r.completion_length
+    choice = padding_free_choice(r.padding_free, r.device, r.batch, tokens, r.rows_per_group)
+    if not choice.on:
+        return f"off: {choice.reason}"
+    return f"on ({choice.reason}): the plan counts rows at full length"
 
 
 def describe(p, tokens: int, host_bytes: int) -> list[str]:

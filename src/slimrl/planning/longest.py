@@ -61,7 +61,7 @@ def plan_at(base: MemoryPlan, completion: int, rollout: bool = True) -> MemoryPl
     """`base` planned at another completion length: same prompt, rows and settings, row groups resolved again;
     `rollout=False` leaves the rollout phase out."""
     r = base.run
-    rows = levers.group_rows(r.rows_per_group, r.batch, r.prompt_length + completion)
+    rows = levers.group_rows(r.rows_per_group, r.batch, r.prompt_length + completion, r.device)
     run = replace(r, completion_length=completion, group_rows=rows)
     planned = build_plan(base.model, run, base.device_bytes, base.device_label)
     if not rollout:

@@ -177,7 +177,7 @@ def run_shape(
         engine_fraction=float(gpu_memory_utilization) if fast_inference else 0.0,
         shared_prefix=shared is True,
         device=device,
-        group_rows=levers.group_rows(rows_setting, batch, prompt + completion),
+        group_rows=levers.group_rows(rows_setting, batch, prompt + completion, device),
         tiled_mlp=tiled_setting,
         rows_per_group=rows_setting,
         padding_free=levers.padding_free_setting(algorithm, f),
