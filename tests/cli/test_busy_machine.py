@@ -67,3 +67,27 @@ def test_main_in_process_leaves_the_environment_alone(monkeypatch):
 
     main(["--version"])
     assert dict(os.environ) == before
+
+
+@pytest.mark.parametrize(
+    "command, applied",
+    [
+        ("grpo", True),
+        ("dpo", True),
+        ("kto", True),
+        ("orpo", True),
+        ("ppo", True),
+        ("gkd", True),
+        ("online-dpo", True),
+        ("plan", False),
+    ],
+)
+def test_every_training_command_applies_the_thread_policy_before_torch(monkeypatch, command, applied):
+    import slimrl.cli as cli
+    from slimrl import machine
+
+    calls = []
+    monkeypatch.setattr(machine, "apply_thread_policy", lambda: calls.append(1))
+    monkeypatch.setattr(cli, "main", lambda argv: 0)
+    monkeypatch.setattr(cli.sys, "argv", ["slimrl", command])
+    assert cli.run() == 0 and bool(calls) is applied

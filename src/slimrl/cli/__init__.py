@@ -15,6 +15,7 @@ import os
 import sys
 
 from slimrl.cli.face import print_user_error, quiet_known_noise, take_debug_flag, user_errors
+from slimrl.families import CLI_PREFERENCE
 
 COMMANDS = {
     "grpo": "Train with GRPO (every GRPOConfig field is a flag; bare `slimrl grpo` trains the embedded SmolLM2-135M "
@@ -68,14 +69,11 @@ def _small_parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-TRAINING_COMMANDS = ("grpo", "ppo", "dpo", "orpo", "kto", "gkd", "online-dpo")
-
-
 def run() -> int:
     """The `slimrl` executable: a training command on a machine other jobs share gets the thread settings that
     degrade least, before torch is imported (slimrl/machine.py); then `main`."""
     argv = sys.argv[1:]
-    if argv and argv[0] in TRAINING_COMMANDS:
+    if argv and (argv[0] in TRAINING_COMMANDS or argv[0] in CLI_PREFERENCE):
         from slimrl.machine import apply_thread_policy
 
         apply_thread_policy()  # torch not loaded yet: the environment, PASSIVE included; one notice
@@ -141,7 +139,7 @@ def _dispatch(command: str, rest: list[str]) -> int:
         from slimrl.cli.plan import run_plan
 
         return run_plan(rest)
-    if command in ("dpo", "orpo", "kto"):
+    if command in CLI_PREFERENCE:
         from slimrl.cli.preference import apply_patches as apply_preference_patches
         from slimrl.cli.preference import run_preference
         from slimrl.cli.preference_args import parse_preference_args

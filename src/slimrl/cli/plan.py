@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 
-ALGORITHMS = ("grpo", "dpo", "orpo", "kto")
+from slimrl.families import CLI_PLANNED
+
+ALGORITHMS = CLI_PLANNED
 USAGE = (
     "usage: slimrl plan {grpo,dpo,orpo,kto} [the command's flags] [--prompt_length N] [--device_memory_gb G] "
     "[--device cpu|cuda] [--json] [--longest [--longest_resolution N] [--longest_maximum N]]"

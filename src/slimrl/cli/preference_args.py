@@ -10,7 +10,9 @@ from slimrl.cli.args import SHORT_RUN_DEFAULTS, DataArguments, ModelArguments, S
 from slimrl.cli.parsing import parsed_arguments, run_name
 from slimrl.swaps import set_field
 
-PREFERENCE_ALGORITHMS = ("dpo", "orpo", "kto")
+from ..families import CLI_PREFERENCE
+
+PREFERENCE_ALGORITHMS = CLI_PREFERENCE
 
 # Shared CLI defaults for the preference trainers (TRL's defaults target GPUs and long runs). Measured basis: the
 # README's preference section (embedded SmolLM2-135M, built-in arithmetic preference pairs, 2-core CPU).

@@ -35,6 +35,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, field, replace
 
+from ..families import ONLINE, SHARED_PREFIX
 from . import levers, terms
 from .run import RunShape
 from .shapes import ModelShape
@@ -148,7 +149,7 @@ def build_plan(m: ModelShape, r: RunShape, device_bytes: int, device_label: str)
     backward = terms.head_backward(m, r, scored)
     recompute = terms.recompute(m, r)
     phases: dict[str, list[Term]] = {}
-    if r.algorithm in ("grpo", "rloo"):
+    if r.algorithm in ONLINE:
         phases["rollout"] = [_term("KV cache", terms.kv_cache(m, r)), _term("decoding", terms.decoding(m, r))]
         if r.device == "cuda" and engine.bytes:
             phases["rollout"].append(engine)
@@ -188,7 +189,7 @@ def _describe(p: MemoryPlan) -> list[str]:
         f"vocabulary {m.vocab:,}, {m.num_params / 1e6:,.1f}M parameters), {adapter}, {weights}, "
         f"{r.device.upper()}",
         f"  {r.batch} rows per micro-batch x (prompt {r.prompt_length} + completion {r.completion_length}) tokens"
-        + (f", {r.generation_rows} rows generated at once" if r.algorithm in ("grpo", "rloo") else "")
+        + (f", {r.generation_rows} rows generated at once" if r.algorithm in ONLINE else "")
         + f", checkpointing {r.checkpointing!r}, slimrl_num_chunks {r.num_chunks}"
         + (f", scored {r.policy_rows} rows at a time" if r.policy_rows != r.batch else "")
         + (f", tiled MLP {r.tiled_mlp!r}" if r.tiled_mlp is not False else ""),
@@ -243,7 +244,7 @@ def suggestions(p: MemoryPlan) -> list[tuple[str, MemoryPlan]]:
         out.append(('use_gradient_checkpointing="offload"', replan(p, checkpointing="offload")))
     if r.completion_length > 1:
         half = r.completion_length // 2
-        field = "max_completion_length" if r.algorithm in ("grpo", "rloo") else "max_length"
+        field = "max_completion_length" if r.algorithm in ONLINE else "max_length"
         value = half if field == "max_completion_length" else r.prompt_length + half
         out.append((f"{field}={value}", replan(p, completion_length=half)))
     if r.batch > 1:
@@ -254,7 +255,7 @@ def suggestions(p: MemoryPlan) -> list[tuple[str, MemoryPlan]]:
                 replan(p, batch=half, grad_accum=2 * r.grad_accum),
             )
         )
-        if r.algorithm in ("grpo", "rloo") and r.num_generations >= 4:
+        if r.algorithm in ONLINE and r.num_generations >= 4:
             out.append(
                 (
                     f"num_generations={r.num_generations // 2}, per_device_train_batch_size={half}",
@@ -263,7 +264,7 @@ def suggestions(p: MemoryPlan) -> list[tuple[str, MemoryPlan]]:
                     ),
                 )
             )
-    if shared_prefix_available() and not r.shared_prefix and r.algorithm in ("grpo", "rloo", "dpo"):
+    if shared_prefix_available() and not r.shared_prefix and r.algorithm in SHARED_PREFIX:
         out.append(("slimrl_shared_prefix=True", replan(p, shared_prefix=True)))
     if r.lora and not r.load_in_4bit:
         out.append(("load_in_4bit=True", replan(p, load_in_4bit=True)))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 
-GROUPED = ("grpo", "rloo")
+from ..families import ONLINE
 
 
 def available() -> bool:
@@ -32,7 +32,7 @@ def available() -> bool:
 
 def settings(algorithm: str, fields: dict) -> tuple:
     """(rows-per-group setting, tiled-MLP setting) from the config fields; False, False where the levers don't apply."""
-    if algorithm not in GROUPED or not available():
+    if algorithm not in ONLINE or not available():
         return False, False
     from ..models.tiled_mlp import TILED_MLP_DEFAULT, TILED_MLP_FIELD, validate_tiled_mlp
     from ..ops.row_groups import ROWS_DEFAULT, ROWS_FIELD, validate_rows_per_group
@@ -43,7 +43,7 @@ def settings(algorithm: str, fields: dict) -> tuple:
 
 def padding_free_setting(algorithm: str, fields: dict):
     """The `slimrl_padding_free` setting (False where it does not apply)."""
-    if algorithm not in GROUPED or not available():
+    if algorithm not in ONLINE or not available():
         return False
     from ..ops.row_groups import PADDING_FREE_DEFAULT, PADDING_FREE_FIELD, validate_padding_free
 
@@ -86,7 +86,7 @@ def mlp_shard_tokens(setting, hidden: int, intermediate: int, call_tokens: int, 
 
 
 def _row_groups_line(r) -> str:
-    if r.algorithm not in GROUPED or not available():
+    if r.algorithm not in ONLINE or not available():
         return "off: TRL's one forward over the micro-batch (row groups are GRPO/RLOO's)"
     tokens = r.prompt_length + r.completion_length
     choice = row_groups_choice(r.rows_per_group, r.batch, tokens, r.device)
@@ -99,7 +99,7 @@ def _row_groups_line(r) -> str:
 
 def _tiled_mlp_line(m, r, tokens: int) -> str:
     if r.tiled_mlp is False or not available():
-        return "off" + (": slimrl_tiled_mlp=False" if r.algorithm in GROUPED and available() else "")
+        return "off" + (": slimrl_tiled_mlp=False" if r.algorithm in ONLINE and available() else "")
     from ..models.long_context import tiled_mlp_choice
 
     choice = tiled_mlp_choice(r.tiled_mlp, m.hidden, m.intermediate, tokens, r.act_bytes)
@@ -123,7 +123,7 @@ def _offload_line(r, host_bytes: int) -> str:
 
 def _padding_free_line(r) -> str:
     if r.padding_free is False or not available():
-        return "off" + (": slimrl_padding_free=False" if r.algorithm in GROUPED and available() else "")
+        return "off" + (": slimrl_padding_free=False" if r.algorithm in ONLINE and available() else "")
     from ..models.long_context import padding_free_choice
 
     tokens = r.prompt_length + r.completion_length

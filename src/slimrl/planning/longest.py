@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..families import ONLINE
 from . import levers
 from .breakdown import GiB, MemoryPlan, build_plan
 from .plan import plan
@@ -112,7 +113,7 @@ def longest_completion(
     contiguous = next((length - resolution for length, p in plans.items() if not p.fits), max(plans))
     at = plans[longest or resolution]
     r = at.run
-    online = r.algorithm in ("grpo", "rloo")
+    online = r.algorithm in ONLINE
     return {
         "longest_completion": longest,
         "contiguous": contiguous,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from ..families import PLANNED
 from .breakdown import GiB, MemoryPlan, build_plan
 from .run import algorithm_of, run_shape
 from .shapes import model_shape
@@ -53,7 +54,7 @@ def plan(
         device_memory_gb: the memory to fit in (default: the GPU's, or this machine's RAM).
     """
     algorithm = (algorithm or algorithm_of(config) or "").lower()
-    if algorithm not in ("grpo", "rloo", "dpo", "kto", "orpo", "cpo"):
+    if algorithm not in PLANNED:
         raise ValueError(
             f"plan: algorithm must be one of grpo, rloo, dpo, kto, orpo, cpo (or given by the config's "
             f"class); got {algorithm or None!r}"

@@ -22,11 +22,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..families import NO_REFERENCE, ONLINE
 from ..models.checkpointing import resolve_checkpointing
 from . import levers
 
-ONLINE = ("grpo", "rloo")
-PAIRED = ("dpo", "orpo", "cpo")  # chosen + rejected rows per example
 CONFIG_CLASSES = {
     "grpo": ("trl", "GRPOConfig"),
     "rloo": ("trl", "RLOOConfig"),
@@ -147,7 +146,7 @@ def run_shape(
     beta = float(f.get("beta") or 0.0)
     reference = (
         "none"
-        if algorithm in ("orpo", "cpo") or (algorithm in ONLINE and beta == 0.0)
+        if algorithm in NO_REFERENCE or (algorithm in ONLINE and beta == 0.0)
         else ("adapter" if lora else "copy")
     )
     spg = int(f.get("steps_per_generation") or accum) if algorithm in ONLINE else 1

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..families import PAIRED, SHARED_PREFIX
 from ..ops.chunking import resolve_num_chunks
 from . import levers
 from .run import RunShape
@@ -139,11 +140,11 @@ def per_token_layer_bytes(m: ModelShape, r: RunShape) -> int:
 
 
 def _rows(r: RunShape) -> int:
-    return 2 * r.batch if r.algorithm in ("dpo", "orpo", "cpo") else r.policy_rows
+    return 2 * r.batch if r.algorithm in PAIRED else r.policy_rows
 
 
 def policy_tokens(r: RunShape) -> int:
-    if r.shared_prefix and r.algorithm in ("grpo", "rloo", "dpo"):
+    if r.shared_prefix and r.algorithm in SHARED_PREFIX:
         rows = r.batch if r.algorithm == "dpo" else r.policy_rows
         prompts = rows if r.algorithm == "dpo" else min(rows, max(r.generation_rows // r.num_generations, 1))
         return prompts * r.prompt_length + _rows(r) * r.completion_length

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import random
 
+from ..families import PAIRED, UNPAIRED
 from .arithmetic import DEFAULTS, arithmetic_splits, parse_answer_from_prompt_example
-
-PAIRED = ("dpo", "orpo", "cpo")
-UNPAIRED = ("kto",)
 
 
 def _wrong_answer(rng: random.Random, answer: int, example_answers: list[int]) -> int:
