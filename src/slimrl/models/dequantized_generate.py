@@ -6,8 +6,10 @@ dequantize the weight into the compute dtype, then `F.linear`. Decoding runs eve
 the patched trainers' rollouts call it too) each CPU `Linear4bit`'s forward is swapped for one that keeps its
 dequantized weight from its first call to the end of the call; then the forwards are restored and the copies freed.
 
-Measured (bench/rollout_overhead.py, SmolLM2-135M NF4, bf16 compute, 8 x 32 new tokens, 1 thread of a 2-core Xeon):
-bitsandbytes' per-token path about 1.7x the time of the dequantized-once path, the same tokens.
+Measured (bench/rollout_overhead.py; SmolLM2-135M NF4 with LoRA r=16, bf16 compute, 8 x 32 new tokens, 1 thread of
+a shared 2-core Xeon; docs/unsloth-notebooks.md): bitsandbytes' per-token path takes 1.08x and 1.34x the CPU time of
+dequantizing once (two configs), the same tokens; a patched GRPO rollout then takes 0.86x the CPU time of plain
+`model.generate` on the same 4-bit weights.
 
 Choices:
 1. The same numbers: the kept weight is what bitsandbytes' CPU path computes for each call (its `dequantize_4bit` op
