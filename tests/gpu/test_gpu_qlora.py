@@ -57,3 +57,21 @@ def test_patched_grpo_trains_every_adapter_of_a_4bit_model(tiny_model_dir, tmp_p
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
     unchanged = [n for n, p in trainable(trainer.model).items() if torch.equal(p.detach(), start[n])]
     assert start and not unchanged, unchanged
+
+
+def test_generate_on_cuda_keeps_bitsandbytes_forwards(tiny_model_dir):
+    """models/dequantized_generate.py is for CPU weights: on CUDA no 4-bit forward is swapped during generate."""
+    import bitsandbytes as bnb
+
+    from slimrl.models.dequantized_generate import cpu_4bit_layers
+
+    model = _qlora(tiny_model_dir, "bfloat16", False)
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert layers and cpu_4bit_layers(model) == []
+    swapped = []
+    hooks = [m.register_forward_pre_hook(lambda m, a: swapped.append("forward" in vars(m))) for m in layers]
+    with torch.no_grad():
+        model.generate(input_ids=batch()["input_ids"][:, :4].cuda(), max_new_tokens=2, do_sample=False)
+    for hook in hooks:
+        hook.remove()
+    assert swapped and not any(swapped)

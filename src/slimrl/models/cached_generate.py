@@ -12,6 +12,7 @@ later reaches it through its base) each call runs inside `modes.cache_on_checkpo
    keywords, as transformers 4.x took it, with one notice; transformers 5 fails on it.
 3. Without `fast_inference=True`, `model.fast_generate` is this same `generate`, as in Unsloth (with it, the vLLM
    engine's, generation/fast_generate.py, replaces it).
+4. A 4-bit model on CPU: its weights are dequantized once per call, not once per token (dequantized_generate.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from .. import swaps
 from ..notices import notice
 from . import modes
+from .dequantized_generate import dequantized_once
 
 NAME = "generate"
 ENCODING_NOTICE = (
@@ -42,7 +44,7 @@ class CachedGenerate:
             notice(ENCODING_NOTICE)
             for key, value in kwargs.pop("input_ids").items():
                 kwargs.setdefault(key, value)
-        with modes.cache_on_checkpointing_off(self.model), modes.generating():
+        with modes.cache_on_checkpointing_off(self.model), modes.generating(), dequantized_once(self.model):
             return getattr(type(self.model), NAME)(self.model, *args, **kwargs)
 
 

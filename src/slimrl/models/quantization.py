@@ -7,7 +7,8 @@ Choices:
   it runs in eval mode on an input without grad (what `generate` does) into a layout for a gemv kernel that has no
   autograd; every later backward through that layer silently drops the gradient. GRPO alternates generation and
   training, so we switch that path off (`support_avx512bf16_for_cpu = False`) on every `Linear4bit` right after
-  loading, before any forward. The cost is slower 4-bit CPU generation; gradients stay right.
+  loading, before any forward. Gradients stay right; generation then dequantizes each weight per forward, which
+  slimrl's `model.generate` turns into once per call (dequantized_generate.py).
 """
 
 from __future__ import annotations
