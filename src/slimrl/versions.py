@@ -70,6 +70,24 @@ def tested_on(package: str) -> str:
     return "; ".join(part for part in (ran, never and "never ran: " + ", ".join(never)) if part)
 
 
+def range_ends(package: str, releases: list[str], table: dict[str, str] = SUPPORTED) -> tuple[str, str]:
+    """The lowest and the highest of `releases` (e.g. PyPI's, from `pip index versions`) inside `package`'s range,
+    pre-releases left out: the two ends scripts/test_versions.sh installs."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    def parsed(release: str) -> Version | None:
+        try:
+            return Version(release)
+        except InvalidVersion:
+            return None
+
+    inside = sorted(v for v in map(parsed, releases) if v is not None and v in SpecifierSet(table[package]))
+    if not inside:
+        raise ValueError(f"no release of {package} inside {table[package]} among {len(releases)} releases")
+    return str(inside[0]), str(inside[-1])
+
+
 def installed(package: str) -> str | None:
     try:
         return importlib.metadata.version(package)
