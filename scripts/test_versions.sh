@@ -49,7 +49,9 @@ end, outcome, wall, log, *args = sys.argv[1:]
 sys.argv = ["scripts/test_versions.sh", *args]  # the command the provenance names
 summary = [line for line in open(log).read().splitlines() if line.strip()][-1].strip("= ")
 path = _common.results_path(f"versions_tier_{end}")
+failures = [line for line in open(log).read().splitlines() if line.startswith(("FAILED ", "ERROR "))]
 data = {"end": end, "outcome": outcome, "pytest_args": args, "summary": summary, "wall_seconds": int(wall)}
+data["failures"] = failures  # pytest's -ra lines: each failed or erroring test and the start of its message
 print("wrote", _common.write_results(path, data), file=sys.stderr)
 PYEOF
     rm -f "$log"

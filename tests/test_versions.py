@@ -140,6 +140,8 @@ TIER_EVIDENCE = {
     versions.CPU: "parity_logp_omp1.json",
     versions.VLLM_TIER: "embedded_grpo_vllm.json",
     versions.GPU_PART: "gpu_tier_h200.json",
+    versions.VERSIONS_LOW: "versions_tier_low.json",
+    versions.VERSIONS_HIGH: "versions_tier_high.json",
 }
 UNRECORDED = {("gguf", versions.CPU)}  # bench/_common.py's provenance does not record gguf
 
