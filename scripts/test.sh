@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 TIERS=(default slow mkl_paths distributed vllm notebooks)
 # The other tiers run by name (`bash scripts/test.sh nightly`); a CPU tier joins TIERS once it has been timed on a
 # clean 2-core clone within CI's budget (docs/testing.md, "Time").
-NOT_IN_CI=(nightly gpu)  # nightly: learning runs of 10 minutes to an hour or more each on 2 cores, run on a schedule; gpu: needs a CUDA GPU (docs/gpu-and-benchmarks.md)
+NOT_IN_CI=(nightly gpu versions)  # nightly: learning runs of 10 minutes to an hour or more each on 2 cores, run on a schedule; gpu: needs a CUDA GPU (docs/gpu-and-benchmarks.md); versions: the default tier twice more, on the lowest and the highest transformers and TRL in their own environments, which would take CI past its budget
 
 is_tier() {
     local name

@@ -7,7 +7,8 @@
 #   a system Python that refuses pip (PEP 668 "externally-managed-environment", Debian 12+, Ubuntu 23.04+) is fine.
 # - A venv reads pip's own configuration (/etc/pip.conf, PIP_* variables: a wheelhouse, a mirror, constraints).
 # - layered_venv DIR makes a second environment for a heavy optional tier (.venv-vllm, .venv-deepspeed) that sees
-#   every package of the project environment and shadows only what it installs itself.
+#   every package of the project environment and shadows only what it installs itself (a layer on a layered
+#   environment sees every layer below it).
 BASE_PYTHON="${SLIMRL_BASE_PYTHON:-python3}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
@@ -47,9 +48,10 @@ layered_venv() {  # layered_venv DIR: an environment on top of $PY's (its packag
     if [ ! -x "$1/bin/python" ]; then
         make_venv "$1" || return 1
     fi
-    local base_site
+    local base_site layers
     base_site="$(cd "$(site_packages "$PY")" && pwd)"
-    echo "$base_site" > "$(site_packages "$1/bin/python")/_slimrl_project_venv.pth"
+    layers="$base_site/_slimrl_project_venv.pth"  # $PY's own layers, when it is itself a layered environment
+    { echo "$base_site"; if [ -f "$layers" ]; then cat "$layers"; fi; } > "$(site_packages "$1/bin/python")/_slimrl_project_venv.pth"
 }
 
 project_venv() {  # sets VENV and PY, creating the environment when it is missing

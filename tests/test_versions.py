@@ -140,6 +140,8 @@ TIER_EVIDENCE = {
     versions.CPU: "parity_logp_omp1.json",
     versions.VLLM_TIER: "embedded_grpo_vllm.json",
     versions.GPU_PART: "gpu_tier_h200.json",
+    versions.VERSIONS_LOW: "versions_tier_low.json",
+    versions.VERSIONS_HIGH: "versions_tier_high.json",
 }
 UNRECORDED = {("gguf", versions.CPU)}  # bench/_common.py's provenance does not record gguf
 
@@ -199,3 +201,22 @@ def test_a_release_claimed_as_tested_that_no_tier_ran_is_found():  # the negativ
         "trl": versions.tested_on("trl") + " (the floor is TRL's)",
     }
     assert [p.split(":")[0] for p in _tested_on_problems(claims)] == ["transformers", "torch"]
+
+
+PYPI_RELEASES = ["5.25.0", "5.24.0", "5.23.0", "5.22.2", "5.18.0", "5.17.0", "5.16.1", "5.25.0rc1", "not-a-version"]
+
+
+def test_the_versions_tier_installs_the_ends_of_the_ranges():
+    assert versions.range_ends("transformers", PYPI_RELEASES) == ("5.17.0", "5.24.0")
+    floor = re.match(r">=([\d.]+)", versions.SUPPORTED["transformers"]).group(1)
+    assert versions.range_ends("transformers", PYPI_RELEASES)[0].startswith(floor)
+    script = (ROOT / "scripts" / "test_versions.sh").read_text()
+    assert "range_ends(" in script and re.search(r"^PACKAGES=\(transformers trl\)$", script, re.M)
+    assert not re.search(r"(transformers|trl)==\d", script)  # the ends are read from SUPPORTED, never copied
+
+
+def test_a_changed_range_changes_the_ends():  # the negative control
+    moved = {**versions.SUPPORTED, "transformers": ">=5.18,<5.23"}
+    assert versions.range_ends("transformers", PYPI_RELEASES, moved) == ("5.18.0", "5.22.2")
+    with pytest.raises(ValueError, match="no release of transformers inside >=6"):
+        versions.range_ends("transformers", PYPI_RELEASES, {"transformers": ">=6"})

