@@ -8,6 +8,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The in-process suite patches explicitly (stock and patched sides in one process): no patching on import here.
 # tests/patches/test_auto_patch.py runs fresh interpreters without this variable.
 os.environ.setdefault("SLIMRL_NO_AUTO_PATCH", "1")
+# torch's threads are the suite's (one, below), never the busy-machine policy's: it would change them between a
+# stock run and a patched one as the machine's load changes. The policy's own tests unset this variable.
+os.environ.setdefault("SLIMRL_THREADS", "keep")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

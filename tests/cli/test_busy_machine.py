@@ -31,6 +31,7 @@ def test_the_users_own_thread_variables_win(variable):
 def test_the_executable_adapts_before_main_and_says_so(monkeypatch, caplog):
     env = {}
     monkeypatch.setattr(machine._APPLIED, "_value", False)  # a fresh process
+    monkeypatch.setattr(machine._WATCH, "_value", None)  # and the between-steps watch it starts, put back after
     monkeypatch.setattr(machine, "_torch_loaded", lambda: False)  # the executable runs before torch is imported
     monkeypatch.setattr(machine, "other_running_jobs", lambda: 2)
     monkeypatch.setattr(machine, "usable_cores", lambda: 2)
