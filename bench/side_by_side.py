@@ -3,6 +3,7 @@ beside the other against its time alone.
 
     python bench/side_by_side.py --cores 2                 # small random model, both arms, alone/together/staggered
     python bench/side_by_side.py --cores 2 --model embedded
+    python bench/side_by_side.py --cores 2 --steps 30 --scenarios staggered   # long enough for the later job
     python bench/side_by_side.py --quick                   # smoke: tiny model, 2+2 steps, no stagger
 
 Choices:
@@ -32,6 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 ARMS = {"slimrl": {}, "keep": {"SLIMRL_THREADS": "keep"}}
+SCENARIOS = ("alone", "together", "staggered")
 
 
 def worker(spec: dict) -> None:
@@ -121,6 +123,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=8, help="measured optimizer steps per job")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--stagger", type=float, default=20.0, help="seconds before the staggered second job starts")
+    parser.add_argument("--scenarios", nargs="*", choices=SCENARIOS, default=list(SCENARIOS))
     parser.add_argument("--cores", type=int, default=None, help="pin every job to this many cores")
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--quick", action="store_true", help="smoke: tiny model, 2+1 steps, alone and together")
@@ -130,7 +133,7 @@ def main() -> int:
     if opts._worker:
         worker(json.loads(opts._worker))
         return 0
-    scenarios = ["alone", "together", "staggered"]
+    scenarios = ["alone", *(s for s in opts.scenarios if s != "alone")]  # alone: every slowdown's denominator
     if opts.quick:
         opts.model, opts.steps, opts.warmup, scenarios = "tiny", 2, 1, ["alone", "together"]
     opts.output = opts.output or os.path.join(
