@@ -5,7 +5,7 @@ the planner (its target: within 15% of every arm it models). Runs in the parent,
   checkpointing (stock arms: True; slimrl arms: the mode and the `slimrl_*` fields the trainer reported). Stock arms
   have no row groups or tiled MLP, so those fields are given as False where this slimrl has them. stock-offload is
   planned as True: TRL 1.16 re-enables checkpointing without transformers' offload at its first scoring pass
-  (tests/patches/test_config_offload.py), and its measured peak is stock's to the byte.
+  (tests/patches/setup/test_config_offload.py), and its measured peak is stock's to the byte.
 * Compared with `torch.cuda.max_memory_allocated`, the plan's CUDA context term (outside PyTorch's allocator) is left
   out: `planned` is what the allocator holds at the peak; `planned_device` adds the context back, for the device's
   used memory. On a CPU (the smoke run) the plan is the CPU plan, compared with the peak RSS as it is. The rollout

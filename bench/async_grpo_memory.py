@@ -11,7 +11,8 @@ Choices:
   seed, samples and model weights, so equal losses show the same computation ran.
 * Stock AsyncGRPO runs its packed rows through TRL's FlashAttention-3 kernel, CUDA only. Off CUDA the stock arm
   registers slimrl's tree attention (slimrl.ops.tree_attention) in its place, as the parity test does
-  (tests/patches/test_async_grpo.py), and answers None for peak FLOPs (MFU metrics off, as the patch does); the rest
+  (tests/patches/trainers/test_async_grpo.py), and answers None for peak FLOPs (MFU metrics off, as the patch does);
+  the rest
   of stock, TRL's fused log-prob head included, runs unchanged.
 * The step is what this bench measures, not the rollouts: the worker (TRL's RolloutWorkerProtocol) hands over
   pre-made samples (1 prompt of 64 random tokens x 8 completions of `--completion` random tokens per step, advantages

@@ -128,9 +128,9 @@ def child(arm: str, layers: int, prompt_tokens: int, lengths: list[int]) -> dict
     record = {"arm": arm, "fields": fields, "steps": steps, "peak": overall.stop(), "working": steps[-1]["working"]}
     if fields is not None:
         from slimrl.models.tiled_mlp import tiled_mlp_state
-        from slimrl.patches.padding_free import padding_free_stats
-        from slimrl.patches.row_groups import row_group_stats
-        from slimrl.patches.shared_prefix import shared_prefix_stats
+        from slimrl.patches.scoring.padding_free import padding_free_stats
+        from slimrl.patches.scoring.row_groups import row_group_stats
+        from slimrl.patches.scoring.shared_prefix import shared_prefix_stats
 
         state = tiled_mlp_state(trainer.model)
         record["row_groups"] = vars(row_group_stats(trainer)) | {"reasons": dict(row_group_stats(trainer).reasons)}

@@ -228,7 +228,7 @@ def _timed(trainer, name: str, totals: dict, owner=None):
 def child(case: str, arm: str, steps: int, smoke: bool, checkpointing: bool) -> dict:
     import torch
 
-    from slimrl.patches.shared_prefix import shared_prefix_stats
+    from slimrl.patches.scoring.shared_prefix import shared_prefix_stats
 
     out = tempfile.mkdtemp(prefix="slimrl-bench-sp-")
     if case in PREFERENCE:

@@ -175,7 +175,7 @@ def child_mechanism(shape: str, arm: str, reps: int) -> dict:
 
 def sweep(shape: str) -> None:
     from slimrl.ops import shared_prefix as op
-    from slimrl.patches.shared_prefix_rules import estimated_cost_ratio
+    from slimrl.patches.setup.shared_prefix_rules import estimated_cost_ratio
 
     model = model_for(shape)
     for prompt, completion, prompts in SWEEP:
@@ -191,7 +191,7 @@ def sweep(shape: str) -> None:
 
 
 def small() -> None:
-    from slimrl.patches.shared_prefix_rules import forward_flops
+    from slimrl.patches.setup.shared_prefix_rules import forward_flops
 
     for shape, rows, prompts in (("2x32", 4, 2), ("2x64", 8, 2), ("4x128", 8, 1)):
         model = model_for(shape)

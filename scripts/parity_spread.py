@@ -10,7 +10,8 @@ Prints per seed |loss - ref| of both micro-steps and the largest relative error 
 then the geometric mean of each column over the seeds; `--json FILE` also writes them as a results file (with
 the commit, machine and versions: bench/_common.write_results).
 
-`ipo-shared`: the IPO case of tests/patches/test_implicit_prompt_parity.py (`dpo-conversational-shared`) with the
+`ipo-shared`: the IPO case of tests/patches/trainers/test_implicit_prompt_parity.py (`dpo-conversational-shared`) with
+the
 tiny model's weights drawn from each seed (the suite uses seed 0), sharing on and off: per seed and path, the largest
 e(patched) / bound of _parity's rule over the second step's gradients (above 1 fails), and the geometric mean of
 e(patched) / e(stock) over them.
@@ -29,7 +30,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests/patches")]
 import torch  # noqa: E402
 
 from slimrl.patches import registry  # noqa: E402
-from slimrl.patches.shared_prefix_rules import CONFIG_FIELD  # noqa: E402
+from slimrl.patches.setup.shared_prefix_rules import CONFIG_FIELD  # noqa: E402
 
 import _parity as P  # noqa: E402
 import _rl_parity as R  # noqa: E402

@@ -46,43 +46,43 @@ MOVED_TO_SLOW: dict[str, str] = {
     "tests/bench/test_gpu_memory_bench.py::test_plan_follows_each_arm": "4 s CPU; the same file's check of the plan "
     "against the H100 peaks (within 15%) stays in the default tier",
     **{
-        f"{P}test_grpo_parity.py::test_loss_types_lora_with_reference[{t}]": _SIBLING
+        f"{P}trainers/test_grpo_parity.py::test_loss_types_lora_with_reference[{t}]": _SIBLING
         for t in ("dr_grpo", "cispo", "sapo", "luspo", "vespo")
     },
     **{
-        f"{P}test_shared_prefix.py::test_grpo_loss_types_shared[{t}]": _SIBLING
+        f"{P}scoring/test_shared_prefix.py::test_grpo_loss_types_shared[{t}]": _SIBLING
         for t in ("dr_grpo", "dapo", "cispo", "sapo", "luspo")
     },
     **{
-        f"{P}test_shared_prefix.py::test_grpo_targeted_shared[{c}]": _SIBLING
+        f"{P}scoring/test_shared_prefix.py::test_grpo_targeted_shared[{c}]": _SIBLING
         for c in ("full-ref-spg2", "full-offload-seq-masktrunc")
     },
     **{
-        f"{P}test_kto_parity.py::test_kto_matches_stock[{c}]": _SIBLING
+        f"{P}trainers/test_kto_parity.py::test_kto_matches_stock[{c}]": _SIBLING
         for c in ("apo_zero_unpaired-lora", "precompute-kto-full")
     },
     **{
-        f"{P}test_dpo_parity.py::test_dpo_matches_stock[{c}]": _SIBLING
+        f"{P}trainers/test_dpo_parity.py::test_dpo_matches_stock[{c}]": _SIBLING
         for c in ("robust-full", "apo_zero-lora", "sigmoid+sft-full", "wpo-lora", "sppo_hard-lora-ga2")
     },
     **{
-        f"{P}test_shared_prefix_dpo.py::test_dpo_shared_matches_stock[{c}]": _SIBLING
+        f"{P}scoring/test_shared_prefix_dpo.py::test_dpo_shared_matches_stock[{c}]": _SIBLING
         for c in ("wpo-lora-checkpointing", "ld-alpha-sigmoid+sft-full")
     },
     **{
-        f"{P}test_implicit_prompt_parity.py::test_orpo_cpo_implicit_prompt_matches_stock[{c}]": _SIBLING
+        f"{P}trainers/test_implicit_prompt_parity.py::test_orpo_cpo_implicit_prompt_matches_stock[{c}]": _SIBLING
         for c in ("orpo-standard-lora", "cpo-standard-simpo-lora", "orpo-standard-shared", "cpo-standard-shared-chunks")
     },
     **{
-        f"{P}test_implicit_prompt_parity.py::test_dpo_kto_reward_implicit_prompt_matches_stock[{c}]": _SIBLING
+        f"{P}trainers/test_implicit_prompt_parity.py::test_dpo_kto_reward_implicit_prompt_matches_stock[{c}]": _SIBLING
         for c in ("dpo-standard", "kto-standard")
     },
     **{
-        f"{P}test_cpo_parity.py::test_cpo_parity[{c}]": _SIBLING
+        f"{P}trainers/test_cpo_parity.py::test_cpo_parity[{c}]": _SIBLING
         for c in ("hinge-lora", "simpo-cpoalpha-full", "alphapo-full")
     },
     **{
-        f"{P}test_dataset_formats.py::test_patched_accepts_what_stock_accepts[{t}-*]": _FORMATS
+        f"{P}setup/test_dataset_formats.py::test_patched_accepts_what_stock_accepts[{t}-*]": _FORMATS
         for t in ("rloo", "kto", "sft", "reward", "cpo", "orpo")
     },
     **{
@@ -91,12 +91,12 @@ MOVED_TO_SLOW: dict[str, str] = {
         for t in ("orpo", "kto")
     },
     **{
-        f"{P}test_row_groups.py::test_grpo_loss_types_one_row_per_group[{t}]": "one more loss type through row "
+        f"{P}scoring/test_row_groups.py::test_grpo_loss_types_one_row_per_group[{t}]": "one more loss type through row "
         "groups, 1.3 s CPU each; grpo and cispo stay in the default tier"
         for t in ("bnpo", "dr_grpo", "dapo", "sapo", "luspo", "vespo")
     },
     **{
-        f"{P}test_grpo_parity.py::test_targeted_combinations[{c}]": _SIBLING
+        f"{P}trainers/test_grpo_parity.py::test_targeted_combinations[{c}]": _SIBLING
         for c in (
             "lora-entropybonus-ga2-iters2-chunks3",
             "full-ref-spg2-dapo-chunks3",
@@ -104,15 +104,15 @@ MOVED_TO_SLOW: dict[str, str] = {
         )
     },
     **{
-        f"{P}test_dpo_parity.py::test_dpo_matches_stock[{c}]": _SIBLING
+        f"{P}trainers/test_dpo_parity.py::test_dpo_matches_stock[{c}]": _SIBLING
         for c in ("precompute-full-ga2", "hinge-lora-ga2", "precompute-lora")
     },
     **{
-        f"{P}test_rloo_parity.py::test_rloo_parity[{c}]": _SIBLING
+        f"{P}trainers/test_rloo_parity.py::test_rloo_parity[{c}]": _SIBLING
         for c in ("full-beta0-ga2-masktrunc-temp-auto", "peftmodel-refadapter-checkpointing-chunks3")
     },
-    f"{P}test_shared_prefix.py::test_rloo_shared[full-ref-ga2-iter2]": _SIBLING,
-    f"{P}test_kto_parity.py::test_kto_matches_stock[kto-full-ga2-chunks3]": _SIBLING,
+    f"{P}scoring/test_shared_prefix.py::test_rloo_shared[full-ref-ga2-iter2]": _SIBLING,
+    f"{P}trainers/test_kto_parity.py::test_kto_matches_stock[kto-full-ga2-chunks3]": _SIBLING,
 }
 
 

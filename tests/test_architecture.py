@@ -120,10 +120,14 @@ def test_no_import_cycle_among_folders():
 
 def test_folder_cycle_detection_has_teeth():
     modules = {
-        "slimrl.patches.row_groups": {"slimrl.patches.row_groups_rules", "slimrl.training.budget", "slimrl.state"},
+        "slimrl.patches.scoring.row_groups": {
+            "slimrl.patches.setup.row_groups_rules",
+            "slimrl.training.budget",
+            "slimrl.state",
+        },
         "slimrl.training.budget": {"slimrl.planning.plan"},
         "slimrl.planning.plan": {"slimrl.planning.levers", "slimrl.ops.row_groups"},
-        "slimrl.planning.levers": {"slimrl.patches.row_groups_rules"},  # the planted upward arrow
+        "slimrl.planning.levers": {"slimrl.patches.setup.row_groups_rules"},  # the planted upward arrow
     }
     folders = {"patches", "training", "planning", "ops"}
     assert find_cycle(folder_graph(modules, folders)) == ["patches", "training", "planning", "patches"]
@@ -137,7 +141,7 @@ def test_every_algorithm_module_is_a_declarative_list():
     from slimrl.patches.seams import Patch
 
     for algorithm, patches in registry.ALGORITHMS.items():
-        module = sys.modules[f"slimrl.patches.{algorithm}"]
+        module = sys.modules[f"slimrl.patches.trainers.{algorithm}"]
         assert module.PATCHES is patches and patches and all(isinstance(p, Patch) for p in patches), algorithm
         assert module.__doc__ and "TRL's own" in module.__doc__, f"{algorithm}: say what is patched and what is TRL's"
 

@@ -117,7 +117,9 @@ def test_the_page_lists_the_files_one_grpo_step_enters():
     out = subprocess.run([sys.executable, "-c", _TRACE], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     traced = set(json.loads(out.stdout.split("TRACED ", 1)[1]))
-    assert "patches/trainer_setup.py" in traced and "ops/lean_logprob.py" in traced, "the trace saw no patched step"
+    assert "patches/setup/trainer_setup.py" in traced and "ops/lean_logprob.py" in traced, (
+        "the trace saw no patched step"
+    )
     assert step_page_problems(traced, step_entries(_marked("step-files")), _marked("step-narrative")) == []
 
 
@@ -143,7 +145,7 @@ def test_step_page_check_has_teeth():
         "state.py",
         "x.py",
     }
-    assert named_in("`validation.py:check_config`") == {"validation.py"} != {"patches/validation.py"}
+    assert named_in("`validation.py:check_config`") == {"validation.py"} != {"patches/setup/validation.py"}
 
 
 def unit_of(module: str) -> str:

@@ -8,8 +8,8 @@ import torch
 
 import slimrl
 from slimrl.models.tiled_mlp import tile_mlp, tiled_mlp_state
-from slimrl.patches.padding_free import padding_free_stats
-from slimrl.patches.row_groups import row_group_stats
+from slimrl.patches.scoring.padding_free import padding_free_stats
+from slimrl.patches.scoring.row_groups import row_group_stats
 from slimrl.testing import tiny_llama
 
 LEVERS = ["row_groups", "padding_free", "shared_prefix", "tiled_mlp", "activation_offload"]
@@ -84,7 +84,7 @@ def test_a_model_has_its_own_counters_and_a_tokenizer_none():
 def test_config_rules_lists_the_range_table():
     from trl import DPOConfig, GRPOConfig
 
-    from slimrl.patches.config_ranges import RULES, rules_for
+    from slimrl.patches.setup.config_ranges import RULES, rules_for
 
     assert slimrl.config_rules() is RULES and len(RULES) > 50
     assert slimrl.config_rules(DPOConfig) == tuple(rules_for(DPOConfig).values())

@@ -43,7 +43,7 @@ def test_an_unknown_mark_fails_and_a_known_one_is_read():
 
 
 MAP_PAGE = "architecture.md"  # the map of slimrl's modules: naming them is its job
-INTERNAL_NAME = re.compile(r"\bslimrl\.patches\.\w*")
+INTERNAL_NAME = re.compile(r"\bslimrl\.patches(?:\.\w+)+")
 FENCED = re.compile(r"^```[^\n]*\n(.*?)^```$", re.S | re.M)
 INTERNAL_IMPORT = re.compile(r"^\s*(?:from|import)\s+slimrl\.(?:patches|models)\b", re.M)
 
@@ -67,13 +67,13 @@ def test_no_page_sends_users_to_internals(page):
 def test_the_internals_check_flags_a_planted_page():
     page = (
         "Read `slimrl.patches.registry`.\n\n```python\nfrom slimrl.models.tiled_mlp import tiled_mlp_state\n"
-        "import slimrl.patches.row_groups as rg\nimport slimrl\nslimrl.describe(trainer).counters\n```\n"
+        "import slimrl.patches.scoring.row_groups as rg\nimport slimrl\nslimrl.describe(trainer).counters\n```\n"
     )
     assert internal_references(page) == [
         "names slimrl.patches.registry",
-        "names slimrl.patches.row_groups",
+        "names slimrl.patches.scoring.row_groups",
         "imports: from slimrl.models.tiled_mlp import tiled_mlp_state",
-        "imports: import slimrl.patches.row_groups as rg",
+        "imports: import slimrl.patches.scoring.row_groups as rg",
     ]
     assert internal_references("`slimrl.describe(trainer).counters`, src/slimrl/patches/registry.py") == []
 

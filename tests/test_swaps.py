@@ -33,14 +33,22 @@ ALLOWED = {
     ("models/teacher.py", "object.__setattr__(self, 'teacher', teacher)"): "slimrl's own module",
     ("export/merged.py", "delattr(config, attr)"): "slimrl's own deep copy of the config, for the exported files",
     ("models/embedded.py", "delattr(model.config, attr)"): "the model slimrl loads to convert the embedded GGUF",
-    ("patches/shared_prefix.py", "setattr(forward, WRAPPED_MARK, True)"): "marks slimrl's own wrapper function",
-    ("patches/shared_images.py", "setattr(get_image_features, WRAPPED_MARK, True)"): "the same, for the encoder",
-    ("patches/padding_free.py", "setattr(forward, WRAPPED_MARK, True)"): "the same, for the padding-free forward",
+    ("patches/scoring/shared_prefix.py", "setattr(forward, WRAPPED_MARK, True)"): "marks slimrl's own wrapper function",
+    (
+        "patches/scoring/shared_images.py",
+        "setattr(get_image_features, WRAPPED_MARK, True)",
+    ): "the same, for the encoder",
+    (
+        "patches/scoring/padding_free.py",
+        "setattr(forward, WRAPPED_MARK, True)",
+    ): "the same, for the padding-free forward",
     ("models/tiled_mlp.py", "setattr(forward, MARK, True)"): "the same, for the tiled MLP forward",
     ("ops/logprob.py", "setattr(_fused_forward, HEAD_MARK, settings)"): "the same, for the fused head (its settings)",
-    ("patches/padding_free.py", "setattr(out, name, _grid(value, first, width - 1))"): "the output of slimrl's own "
-    "trimmed forward call, put back on the full column grid",
-    ("patches/row_groups.py", "setattr(trainer, name, value)"): "a row group's scoring puts back the trainer's "
+    (
+        "patches/scoring/padding_free.py",
+        "setattr(out, name, _grid(value, first, width - 1))",
+    ): "the output of slimrl's own trimmed forward call, put back on the full column grid",
+    ("patches/scoring/row_groups.py", "setattr(trainer, name, value)"): "a row group's scoring puts back the trainer's "
     "adaptive-entropy state as it found it, inside the registry's compute_loss patch",
 }
 
@@ -145,7 +153,7 @@ def f():
 
 
 def test_run_values_are_bound_and_listed():
-    from slimrl.patches import multiturn, vllm_rollouts
+    from slimrl.patches.rollouts import multiturn, vllm_rollouts
     from slimrl.sandbox import limits  # noqa: F401 (declares sandbox_deadline)
 
     assert not multiturn.in_tool_turns() and "tool_turns" not in swaps.run_values(changed_only=True)
@@ -252,7 +260,7 @@ def test_describe_lists_class_patches_and_instance_swaps(grpo, tmp_path):
     assert "GRPOConfig.__post_init__" in config.class_level
     assert "fused LM head" in model.instance_level["forward"]
     assert "training_step" in str(described) and "instance forward" in str(described)
-    from slimrl.patches.vllm_rollouts import TRAINER_ARGS
+    from slimrl.patches.rollouts.vllm_rollouts import TRAINER_ARGS
 
     assert "vllm_trainer_args" not in str(described)
     with TRAINER_ARGS.bound(args):  # a run-time value off its default is listed last, with why and its value

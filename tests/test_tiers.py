@@ -116,7 +116,7 @@ def test_a_moved_test_is_marked_slow_and_the_default_tier_does_not_collect_it(re
     assert _tier_budget.moved("tests/x.py::test_y[3]") is None  # the negative control: an unlisted test stays
     key = next(iter(_tier_budget.MOVED_TO_SLOW))
     assert _tier_budget.moved(key) == key and _tier_budget.moved(key + "::test_a[1]") == key
-    formats = "tests/patches/test_dataset_formats.py::test_patched_accepts_what_stock_accepts"
+    formats = "tests/patches/setup/test_dataset_formats.py::test_patched_accepts_what_stock_accepts"
     assert _tier_budget.moved(f"{formats}[kto-standard_preference]") and not _tier_budget.moved(f"{formats}[dpo-x]")
     if "not slow" in request.config.option.markexpr:
         collected = [item.nodeid for item in request.session.items if _tier_budget.moved(item.nodeid)]

@@ -46,7 +46,7 @@ def test_patch_dpo_trainer_patches_dpo_and_orpo():
 
 
 def test_is_bfloat16_supported_is_the_precision_rule():
-    from slimrl.patches.precision import cuda_bf16_supported
+    from slimrl.patches.setup.precision import cuda_bf16_supported
 
     assert slimrl.is_bfloat16_supported() is cuda_bf16_supported()
     if not torch.cuda.is_available():

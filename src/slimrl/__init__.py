@@ -50,7 +50,7 @@ _SANDBOX_NAMES = ("check_python_modules", "create_locked_down_function", "execut
 # the other public names -> the module that owns each (imported on first use)
 _HOMES = {
     "describe": ".description",
-    "config_rules": ".patches.config_ranges",  # the range of every numeric config field slimrl checks (no TRL)
+    "config_rules": ".patches.setup.config_ranges",  # the range of every numeric config field slimrl checks (no TRL)
     "SafeInterrupt": ".training.interrupt",
     "plan": ".planning",
     "longest_completion": ".planning.longest",  # the longest completion whose planned step fits (slimrl plan --longest)

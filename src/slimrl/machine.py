@@ -20,12 +20,13 @@ Choices:
    the old and new values.
 4. One policy, applied once per process (`adapt_threads_to_load`), wherever it runs first: the `slimrl` command before
    torch is imported (`slimrl.cli:run`: the environment, which libgomp reads once, so PASSIVE too), and every patched
-   trainer's `__init__` (patches/trainer_setup.py: scripts and notebooks through the Python API, import-time patching
+   trainer's `__init__` (patches/setup/trainer_setup.py: scripts and notebooks through the Python API, import-time
+   patching
    and PatchFastRL alike). There torch is loaded, so only its thread count can change (`torch.set_num_threads`);
    on 2 cores that is the arm that matters (1 thread has no other thread to wait for). `slimrl.cli.main` called
    in-process changes nothing.
 5. A running trainer looks again between steps, at most every RECHECK_SECONDS (`recheck_thread_policy`, a
-   callback patches/trainer_setup.py adds): a job that arrives after training started lowers its threads too, and
+   callback patches/setup/trainer_setup.py adds): a job that arrives after training started lowers its threads too, and
    slimrl's own lowering is undone once the machine is quiet again (torch's own count back). Only threads slimrl
    manages: where the user chose (choice 3) nothing is watched, and a count the user sets during training ends the
    watch. This process's own running threads are not counted as other jobs (its OpenMP workers spin between ops).

@@ -65,10 +65,12 @@ class ConfigState:
 class TrainerState:
     """slimrl's facts about one TRL trainer."""
 
-    shared_prefix_stats: Any = None  # slimrl.patches.shared_prefix.SharedPrefixStats, once a sharing seam ran
-    row_group_stats: Any = None  # slimrl.patches.row_groups.RowGroupStats, once a row-group seam ran
-    row_selection: Any = None  # slimrl.patches.row_groups.RowSelection while a step's rows are scored in groups
-    padding_free_stats: Any = None  # slimrl.patches.padding_free.PaddingFreeStats, once a padding-free forward ran
+    shared_prefix_stats: Any = None  # slimrl.patches.scoring.shared_prefix.SharedPrefixStats, once a sharing seam ran
+    row_group_stats: Any = None  # slimrl.patches.scoring.row_groups.RowGroupStats, once a row-group seam ran
+    row_selection: Any = None  # slimrl.patches.scoring.row_groups.RowSelection while a step's rows are scored in groups
+    padding_free_stats: Any = (
+        None  # slimrl.patches.scoring.padding_free.PaddingFreeStats, once a padding-free forward ran
+    )
     lever_choices: Any = None  # lever -> the last slimrl.models.long_context.Choice of its "auto" (patches/row_groups)
     step_start: Any = None  # slimrl.training.oom.StepStart of the optimizer step in progress
     max_prompt_length: int | None = None  # the config's, for ORPO/CPO's tokenize_row (run before TRL sets self.args)

@@ -26,9 +26,10 @@ def PatchKTOTrainer() -> list[str]:  # noqa: N802 (Unsloth's name)
 def is_bfloat16_supported() -> bool:
     """True where a config's `bf16=True` trains in bfloat16 without further settings: a CUDA GPU with bfloat16.
 
-    False on a CPU: there `bf16=True` needs `use_cpu=True` as well (slimrl.patches.precision, the one owner of this
+    False on a CPU: there `bf16=True` needs `use_cpu=True` as well (slimrl.patches.setup.precision, the one owner of
+    this
     test); leave bf16/fp16 unset and slimrl picks the precision from the model.
     """
-    from .patches.precision import cuda_bf16_supported
+    from .patches.setup.precision import cuda_bf16_supported
 
     return cuda_bf16_supported()

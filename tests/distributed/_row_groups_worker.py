@@ -14,7 +14,7 @@ import torch.distributed as dist
 from slimrl import PatchFastRL
 from slimrl.models import long_context
 from slimrl.ops import row_groups as rg
-from slimrl.patches.row_groups import row_group_stats
+from slimrl.patches.scoring.row_groups import row_group_stats
 
 import _rl_parity as R
 import _tiny as T

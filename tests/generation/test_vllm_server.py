@@ -5,7 +5,8 @@ What TRL's own server path needs, and why it cannot run here: TRL pushes merged 
 weight-transfer engine, joining the server's workers in an NCCL group (`VLLMClient.init_communicator`); TRL raises
 NotImplementedError for a non-CUDA device, and vLLM's transfer engines are NCCL / CUDA IPC only (checked below).
 Generation through the server works with TRL's client. slimrl's server path hands over the LoRA adapter through the
-server's LoRA endpoints instead (slimrl.patches.vllm_server, chosen automatically off CUDA), and these tests check
+server's LoRA endpoints instead (slimrl.patches.rollouts.vllm_server, chosen automatically off CUDA), and these tests
+check
 that the weights the rollouts come from are the ones being trained:
 - TRL's importance-sampling metric compares vLLM's sampling log-probs with the trainer's: ~1e-6 in fp32 at every
   step when the server holds the current adapter; a negative control freezes the hand-over after the first step and

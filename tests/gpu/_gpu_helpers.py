@@ -22,7 +22,7 @@ Choices, and why:
   weights) must be at most
   BF16_ACCURACY_FACTOR (2) times stock TRL's bf16 error, plus BF16_FLOOR (u / 10: differences below a tenth of one
   bf16 rounding are noise whatever stock's error is). The CPU suite applies the same rule to bf16 autocast
-  (tests/patches/test_grpo_parity.py).
+  (tests/patches/trainers/test_grpo_parity.py).
 - Measured numbers (errors, peaks) are appended as JSON lines to $SLIMRL_GPU_REPORT when it is set, for the README.
 - Negative controls: a 0.1% change of the patched model's lm_head must fail the fp32 comparison. At bf16 the rule
   cannot see errors smaller than stock's own bf16 error; its control is a 5% change of the lm_head (DPO), which must

@@ -1,5 +1,5 @@
 """Row groups, padding-free forwards and the tiled MLP on CUDA: the CPU suite's GRPO/RLOO harness, fp32, with the
-long-context fields on the patched side (tests/patches/test_row_groups.py holds the CPU cases); the tiled MLP's
+long-context fields on the patched side (tests/patches/scoring/test_row_groups.py holds the CPU cases); the tiled MLP's
 backward replaying CUDA dropout draws; the automatic group size read from the device's free memory."""
 
 import pytest
@@ -8,8 +8,8 @@ import torch
 from slimrl.models.tiled_mlp import tiled_mlp_state
 from slimrl.ops import row_groups as rg
 from slimrl.ops import tiled_mlp as op
-from slimrl.patches import padding_free as PF
-from slimrl.patches import row_groups as RG
+from slimrl.patches.scoring import padding_free as PF
+from slimrl.patches.scoring import row_groups as RG
 
 from _gpu_helpers import HARNESS, MARKS, cuda_config, lora_config, report, tiny_model
 

@@ -1,4 +1,5 @@
-"""Precision resolution on CUDA (slimrl.patches.precision, slimrl.models.loading.choose_dtype): where TRL's default
+"""Precision resolution on CUDA (slimrl.patches.setup.precision, slimrl.models.loading.choose_dtype): where TRL's
+default
 works (a bf16 GPU) it is kept; flags the user set are kept or, when they contradict the weights, raise; the automatic
 choice (only where TRL's default cannot run) follows the weights; and trainers really run in what was resolved."""
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from slimrl import FastLanguageModel
-from slimrl.patches import precision
+from slimrl.patches.setup import precision
 from slimrl.state import ConfigState, config_state
 from slimrl.testing import tiny_llama
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from slimrl.ops.image_features import encode_distinct, image_groups
-from slimrl.patches.shared_images import VERIFIED_MODEL_TYPES, encoder_owner
+from slimrl.patches.scoring.shared_images import VERIFIED_MODEL_TYPES, encoder_owner
 from slimrl.testing_vision import KINDS, draw_shapes, tiny_vlm
 
 ORDER = [0, 1, 0, 2, 1, 0]  # image i of the call shows picture ORDER[i]

@@ -1,6 +1,6 @@
 """slimrl.ops.chunked_divergence alone, against TRL's own full-logits arithmetic: `GKDTrainer.generalized_jsd_loss`
 (reduction "none") on materialised logits is stock's computation in float32, the same in float64 the reference
-(tests/patches/_parity.py's rule). The trainer-level comparisons are in tests/patches/test_distill_parity.py.
+(tests/patches/_parity.py's rule). The trainer-level comparisons are in tests/patches/trainers/test_distill_parity.py.
 """
 
 import math

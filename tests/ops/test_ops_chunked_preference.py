@@ -1,6 +1,6 @@
 """slimrl.ops.chunked_preference (the lean forward of ORPO/CPO) alone, against naive full logits: stock's
 arithmetic is the naive computation in float32, the reference the same in float64 (tests/patches/_parity.py's rule).
-The trainer-level comparisons are in tests/patches/test_orpo_parity.py and test_cpo_parity.py.
+The trainer-level comparisons are in tests/patches/trainers/test_orpo_parity.py and test_cpo_parity.py.
 """
 
 import pytest

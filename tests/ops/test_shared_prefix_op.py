@@ -21,7 +21,7 @@ import torch
 
 from slimrl.ops import shared_prefix as sp
 from slimrl.ops.logprob import add_fused_lm_head
-from slimrl.patches.shared_prefix_rules import VERIFIED_MODEL_TYPES
+from slimrl.patches.setup.shared_prefix_rules import VERIFIED_MODEL_TYPES
 from slimrl.state import transformers_model
 
 import _parity as P

@@ -34,7 +34,8 @@ with float32-sized rounding noise (Monte Carlo arithmetic, drawn three times).
    log-ratio; two that do not (slimrl's padding-free forward drops the columns that are padding for every row of a
    forward, so the old-log-prob pass and the training pass, which TRL batches with other rows, run at other widths)
    leave it in the ratio, and RLOO's sequence-level ratio sums it over a completion's tokens. Measured (RLOO, full
-   fine-tuning, temperature 0.7, tests/patches/test_rloo_parity.py [full-beta0-ga2-masktrunc-temp-auto]) on MKL's
+   fine-tuning, temperature 0.7, tests/patches/trainers/test_rloo_parity.py [full-beta0-ga2-masktrunc-temp-auto]) on
+   MKL's
    Intel path: the two passes' log-probs differ by one ulp (4.8e-7 at |log p| ~ 6) on some tokens, the patched
    gradient of the LM head moves by 9.7e-6 (stock 1.0e-6, the perturbed draws without this term 1.1e-6 to 2.9e-6).
    So the perturbed sides add u (|log Z| s1 + |log p| s2), fresh signs, to every scored log-prob of every pass.

@@ -137,7 +137,7 @@ result = model.generate(**inputs, max_new_tokens = 8, use_cache = True, temperat
 model.save_pretrained(OUTPUT + "/gemma_3_lora")
 tokenizer.save_pretrained(OUTPUT + "/gemma_3_lora")
 
-from slimrl.patches.shared_prefix import shared_prefix_stats
+from slimrl.patches.scoring.shared_prefix import shared_prefix_stats
 stats = shared_prefix_stats(trainer)
 print("STEPS", trainer.state.global_step, "PATCHED", "peak_memory_gb" in trainer.state.log_history[0])
 print("IMAGES", stats.images_given, stats.images_encoded, "GENERATED", result.shape[1] > inputs["input_ids"].shape[1])

@@ -7,7 +7,7 @@ from slimrl.planning import levers, plan
 from slimrl.testing import tiny_llama_config
 
 needs_levers = pytest.mark.skipif(
-    not levers.available(), reason="this slimrl has no row groups or tiled MLP (slimrl.patches.row_groups_rules)"
+    not levers.available(), reason="this slimrl has no row groups or tiled MLP (slimrl.patches.setup.row_groups_rules)"
 )
 FIELDS = dict(per_device_train_batch_size=8, num_generations=8, max_completion_length=8192)
 COMMON = dict(device="cuda", device_memory_gb=80, prompt_length=512, dtype="bfloat16")

@@ -12,7 +12,7 @@ from slimrl.planning.breakdown import GiB
 from slimrl.testing import save_tiny_model, tiny_llama_config
 
 needs_levers = pytest.mark.skipif(
-    not levers.available(), reason="this slimrl has no row groups (slimrl.patches.row_groups_rules)"
+    not levers.available(), reason="this slimrl has no row groups (slimrl.patches.setup.row_groups_rules)"
 )
 FIELDS = dict(per_device_train_batch_size=8, num_generations=8, max_completion_length=128)
 KWARGS = dict(device="cuda", prompt_length=64, dtype="bfloat16", use_gradient_checkpointing=True)

@@ -10,7 +10,7 @@ Choices made:
 - Each step samples two completions per prompt; the better one by reward is chosen, the other rejected. The reward:
   the built-in arithmetic task's reward functions (format, correctness, closeness), or with `--dataset_name` the sum
   of `--reward_funcs`; or a pairwise judge (`--judge arithmetic`, the built-in one preferring the right answer, or
-  `module.Class` / `file.py:Class`), turned into the reward TRL 1.16 takes by slimrl.patches.judges.
+  `module.Class` / `file.py:Class`), turned into the reward TRL 1.16 takes by slimrl.patches.rollouts.judges.
 - The reference is the adapter-disabled base (TRL's own behaviour with LoRA).
 - CLI defaults differ from TRL's where a 2-core CPU needs it (`ONLINE_DPO_CLI_DEFAULTS`, marked in --help).
 """
@@ -102,7 +102,7 @@ def build_online_task(task_args, seed: int):
 def ranking(task, task_args) -> tuple[list, str]:
     """(reward functions, description): the judge's reward, or the task's / dataset's reward functions."""
     if task_args.judge:
-        from slimrl.patches.judges import PairwiseJudgeReward
+        from slimrl.patches.rollouts.judges import PairwiseJudgeReward
         from slimrl.tasks.judges import load_judge
 
         reward = PairwiseJudgeReward(load_judge(task_args.judge))

@@ -26,7 +26,7 @@ def apply_slimrl_arguments(training_args, slimrl_args) -> None:
     set_field(training_args, "slimrl_num_chunks", validate_num_chunks(slimrl_args.slimrl_num_chunks), FLAG)
     set_field(training_args, "slimrl_max_memory_gb", validate_memory_budget(slimrl_args.slimrl_max_memory_gb), FLAG)
     if hasattr(slimrl_args, "slimrl_reward_errors"):
-        from slimrl.patches.rewards import check_policy
+        from slimrl.patches.rollouts.rewards import check_policy
 
         set_field(training_args, "slimrl_reward_errors", check_policy(slimrl_args.slimrl_reward_errors), FLAG)
 

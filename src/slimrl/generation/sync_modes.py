@@ -4,7 +4,7 @@
   "merged"  the adapter is merged and the weights themselves are handed over (in-process: reloaded in place;
             server: TRL's NCCL weight transfer)
   "auto"    each knob's own default (FastLanguageModel's `vllm_weight_sync`: slimrl.generation.vllm_engine;
-            the config's `vllm_server_sync`: slimrl.patches.vllm_server)
+            the config's `vllm_server_sync`: slimrl.patches.rollouts.vllm_server)
 
 The server knob's former spellings "adapter" and "weights" are still accepted, with a one-line notice naming the
 new spelling.

@@ -1,5 +1,5 @@
 """What "auto" decides for each long-context lever, from the device and the sizes at hand, and why: the one owner of
-that decision, asked by the patched trainers at run time (patches/row_groups.py) and by the memory planner
+that decision, asked by the patched trainers at run time (patches/scoring/row_groups.py) and by the memory planner
 (planning/levers.py), so `slimrl plan` and a step agree. Each answer is a `Choice`: on or off, and a short reason
 that `slimrl.describe(trainer)` and the plan print.
 
@@ -19,7 +19,7 @@ Choices, and why:
 3. Padding-free forwards (`slimrl_padding_free="auto"`) on a CPU: on from the same `CPU_MIN_FORWARD_TOKENS`, or
    where the rows are scored in groups (an explicit number of rows): a group of similar rows is where most padding
    is whole columns. Below it, ungrouped, the columns they could drop are a few hundred tokens' worth, and TRL's
-   forward runs as stock. On CUDA: on, as before (the dropout rule of patches/row_groups_rules.py applies on every
+   forward runs as stock. On CUDA: on, as before (the dropout rule of patches/setup/row_groups_rules.py applies on every
    device).
 4. Tiled MLP (`slimrl_tiled_mlp="auto"`): slimrl.models.tiled_mlp's size rule on every device (it already waits for
    calls whose MLP tensors reach 4 GiB: 175K tokens for SmolLM2-135M in fp32); this module gives its reason.

@@ -13,7 +13,7 @@ Choices:
 - `generating()`: a run-time flag (not a mode of the model) for the duration of one generation, so that a forward can
   tell generation from training and scoring: slimrl's long-context levers are for those, never for generation. The
   padding-free forward and the row groups are installed only around TRL's log-prob method and compute_loss
-  (patches/row_groups.py), so generation never meets them; the tiled MLP stays on the model and reads this flag.
+  (patches/scoring/row_groups.py), so generation never meets them; the tiled MLP stays on the model and reads this flag.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ GENERATING = RunValue("generating", False, "inside a rollout or model.generate: 
 
 def generating():
     """The block generates (prefill and decoding): slimrl's long-context swaps pass through (tiled_mlp.py). Bound by
-    the patched trainers' rollouts (patches/online.py) and slimrl's `model.generate` (cached_generate.py)."""
+    the patched trainers' rollouts (patches/trainers/online.py) and slimrl's `model.generate` (cached_generate.py)."""
     return GENERATING.bound(True)
 
 

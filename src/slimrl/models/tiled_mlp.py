@@ -4,7 +4,7 @@
 TRL's fused head is installed) by one that runs slimrl.ops.tiled_mlp when a call holds enough tokens, and records the
 swap in the model's slimrl.state.ModelState (`tiled_mlp`); `untile_mlp(model)` removes it. Idempotent; a PeftModel
 reaches the transformers model under it. The patched GRPO/RLOO trainers apply the config field `slimrl_tiled_mlp` to
-the models their log-prob forwards run (patches/row_groups.py).
+the models their log-prob forwards run (patches/scoring/row_groups.py).
 
 Choices, and why:
 1. Setting: "auto" (default) | True | False | a positive int. True tiles every call longer than one shard, in shards

@@ -11,7 +11,7 @@ model one copy of the prompt's pixels per row: stock, the vision tower encodes t
 4. give every image its group's features: per-image tensors indexed, concatenated ones split and re-joined in the
    call's order, so the result has the layout and values the model's forward reads (`pooler_output`, Qwen3-VL's
    `deepstack_features`, `last_hidden_state`).
-Why this stays exact: the encoders it is used on (slimrl.patches.shared_images.VERIFIED_MODEL_TYPES) encode each
+Why this stays exact: the encoders it is used on (slimrl.patches.scoring.shared_images.VERIFIED_MODEL_TYPES) encode each
 image on its own (Qwen-VL attention is block-diagonal over images, `cu_seqlens`; SigLIP attends within one batch
 element), so an image's features do not depend on which other images share the call; equal pixels give equal
 features. The backward of the indexing sums the copies' gradients into the one encoding, which is the gradient of

@@ -18,10 +18,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import (
+from . import auto
+from .compat import REMOVED_ALGORITHMS
+from .seams import MISSING, Patch, PatchError, check_seam, check_trl_version, own_attr, trl_version, unwrap_descriptor
+from .trainers import (
     a2po,
     async_grpo,
-    auto,
     cpo,
     distillation,
     dpo,
@@ -37,8 +39,6 @@ from . import (
     rloo,
     sft,
 )
-from .compat import REMOVED_ALGORITHMS
-from .seams import MISSING, Patch, PatchError, check_seam, check_trl_version, own_attr, trl_version, unwrap_descriptor
 
 logger = logging.getLogger("slimrl")
 

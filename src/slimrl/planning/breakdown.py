@@ -229,7 +229,7 @@ def render(p: MemoryPlan) -> str:
 
 
 def shared_prefix_available() -> bool:
-    return importlib.util.find_spec("slimrl.patches.shared_prefix") is not None
+    return importlib.util.find_spec("slimrl.patches.scoring.shared_prefix") is not None
 
 
 def suggestions(p: MemoryPlan) -> list[tuple[str, MemoryPlan]]:

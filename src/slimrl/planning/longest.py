@@ -12,7 +12,7 @@ Choices:
    resolved at each length by the levers' own rule (slimrl.planning.levers.group_rows).
 3. Fitting is MemoryPlan.fits: planned peak <= device memory (`device_memory_gb`, or the GPU's). Host memory for
    offload limits nothing here; the result names what the longest length needs (the trainer checks it at set-up,
-   slimrl.patches.offload_checks).
+   slimrl.patches.setup.offload_checks).
 4. The result is a dict (`RESULT_KEYS`), JSON-ready; `longest_completion` is 0 when not even `resolution` tokens fit,
    and `reason` then says by how much. Bad arguments raise ValueError before anything is planned.
 """

@@ -199,7 +199,7 @@ def offload_host_bytes(
     block input but the newest `keep_last` in a host buffer of its own, rounded up to a power of two (HostPool), none
     for inputs under `min_bytes` (they stay on the device); both default to the offloader's defaults. One owner of
     this figure: the plan (its note and JSON) and the host-memory check at trainer set-up
-    (slimrl.patches.offload_checks) both read it."""
+    (slimrl.patches.setup.offload_checks) both read it."""
     from ..models.offload import KEEP_LAST, MIN_BYTES
 
     keep_last, min_bytes = KEEP_LAST if keep_last is None else keep_last, MIN_BYTES if min_bytes is None else min_bytes

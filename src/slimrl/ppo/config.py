@@ -14,7 +14,7 @@ Choices:
    both to different lengths raises. The lr scheduler, logging and saving count optimizer steps (HF convention).
 4. Extras: `reward_weights` (GRPO's field, for several reward functions) and `remove_unused_columns=False` by
    default (reward functions read the dataset's other columns, as in GRPO).
-5. The set-up every patched TRL config gets (patches/trainer_setup.py), applied to this class as it is defined:
+5. The set-up every patched TRL config gets (patches/setup/trainer_setup.py), applied to this class as it is defined:
    `slimrl_num_chunks` (alias `unsloth_num_chunks`, the lean log-prob head's chunking) accepted as a keyword, the
    fields the user passed recorded (slimrl.state.ConfigState), an unset `bf16` resolved for the device before TRL's
    default would refuse a CPU (precision.py), then PPO's own checks (`check_ppo_fields`) and TRL's.
@@ -28,14 +28,14 @@ from typing import Literal
 
 from trl.trainer.base_config import _BaseConfig
 
-from ..patches import validation
-from ..patches.config_setup import config_init_maker, config_post_init_maker
 from ..patches.family import Family
+from ..patches.setup import validation
+from ..patches.setup.config_setup import config_init_maker, config_post_init_maker
 
 
 def check_ppo_fields(args) -> None:
     """Errors for values PPO cannot run with, naming the field (before any model is loaded); the numeric fields'
-    ranges are patches/config_ranges.py's, checked first for every config."""
+    ranges are patches/setup/config_ranges.py's, checked first for every config."""
     validation.check_learning_rate(args.learning_rate)
     if args.kl_estimator not in ("k1", "k3"):
         raise ValueError(f"kl_estimator must be 'k1' or 'k3', got {args.kl_estimator!r}.")

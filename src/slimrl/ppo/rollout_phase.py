@@ -38,7 +38,7 @@ class RolloutPhase:
     """Mixin for PPOTrainer: `rollout(rows)` turns one batch of dataset rows into a trained-on `RolloutBatch`."""
 
     def rollout(self, rows) -> RolloutBatch:
-        from ..patches.validation import check_rollout_lengths
+        from ..patches.setup.validation import check_rollout_lengths
 
         device, pad_id = self.accelerator.device, self.processing_class.pad_token_id
         prompt_lists, prompts = prompt_token_ids(rows, self.processing_class)

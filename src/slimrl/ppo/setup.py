@@ -1,4 +1,4 @@
-"""`PPOTrainer`'s set-up: the one every patched TRL trainer gets (patches/trainer_setup.py), with PPO's `Family`.
+"""`PPOTrainer`'s set-up: the one every patched TRL trainer gets (patches/setup/trainer_setup.py), with PPO's `Family`.
 
 Choices:
 1. TRL's older argument names, `config=` (TRL's PPO before `args=`) and `tokenizer=`, are taken with a notice; both
@@ -18,10 +18,10 @@ from torch import nn
 
 from ..notices import notice
 from ..patches.compat import PPO_ARGUMENT_ALIASES, take_alias
-from ..patches.data_checks import dataset_check
-from ..patches.online import check_sequence_lengths
-from ..patches.row_checks import rows_check
-from ..patches.trainer_setup import SetupCall
+from ..patches.setup.data_checks import dataset_check
+from ..patches.setup.row_checks import rows_check
+from ..patches.setup.trainer_setup import SetupCall
+from ..patches.trainers.online import check_sequence_lengths
 from .config import PPO_CONFIG
 
 

@@ -22,7 +22,7 @@ Metrics keep TRL's PPO names (objective/kl, objective/entropy, objective/non_sco
 objective/scores, policy/approxkl_avg, policy/clipfrac_avg, loss/policy_avg, loss/value_avg, val/clipfrac_avg,
 policy/entropy_avg, val/ratio, val/ratio_var, val/num_eos_tokens, lr, episode, eps) plus completions/mean_length
 and peak_memory_gb; they are averaged over the logging window (episode and eps: their latest value).
-Set-up: the one every patched TRL trainer gets (patches/trainer_setup.py) with PPO's family (setup.py).
+Set-up: the one every patched TRL trainer gets (patches/setup/trainer_setup.py) with PPO's family (setup.py).
 Single process only for now (see `_check_supported`).
 """
 
@@ -39,7 +39,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 from trl.trainer.base_trainer import _BaseTrainer
 from trl.trainer.utils import identity
 
-from ..patches.trainer_setup import make_training_step, trainer_init_maker
+from ..patches.setup.trainer_setup import make_training_step, trainer_init_maker
 from . import core
 from .checkpoint import load_ppo_state, load_value_weights, save_ppo_state, save_value_weights
 from .config import PPOConfig

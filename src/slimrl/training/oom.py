@@ -7,7 +7,7 @@ What counts as out of memory: `torch.OutOfMemoryError` (CUDA and other accelerat
 behind the `peak_memory_gb` metric (slimrl.memory: CUDA's allocator, or the RSS on CPU; counters never reset).
 
 Choices:
-1. Caught in the patched `training_step` (slimrl.patches.trainer_setup), where generation, forwards and backwards
+1. Caught in the patched `training_step` (slimrl.patches.setup.trainer_setup), where generation, forwards and backwards
    run; once: the error raised is `TrainingOutOfMemory` (a `torch.OutOfMemoryError`, so existing handlers still
    match), and nothing retries.
 2. The checkpoint of the last completed step is written as it would have been at that step's end: at the start of
