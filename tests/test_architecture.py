@@ -198,3 +198,32 @@ def test_module_map_check_has_teeth():
     modules, real = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")}, module_map(PAGE.read_text())
     assert map_mismatch(modules | {"models/planted.py"}, real) == ["not on the page: models/planted.py"]
     assert map_mismatch(modules - {"models/offload.py"}, real) == ["no such module: models/offload.py"]
+
+
+PATCH_ROOMS = ("trainers", "rollouts", "scoring", "setup")  # top to bottom: a room imports only the rooms below it
+ROOM_IMPORT = re.compile(r"^\s*from\s+(?:\.\.|slimrl\.patches\.)(trainers|rollouts|scoring|setup)\b", re.M)
+
+
+def upward_room_imports(sources: dict[str, str]) -> list[str]:
+    """`room/module.py imports room2` for each import from a room to a room above it (function-level ones too)."""
+    found = []
+    for path, text in sorted(sources.items()):
+        room = path.split("/")[0]
+        for target in sorted(set(ROOM_IMPORT.findall(text))):
+            if PATCH_ROOMS.index(target) < PATCH_ROOMS.index(room):
+                found.append(f"{path} imports {target}")
+    return found
+
+
+def test_patch_rooms_import_downwards_only():
+    patches = Path(__file__).parents[1] / "src" / "slimrl" / "patches"
+    rooms = sorted(p.name for p in patches.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
+    assert rooms == sorted(PATCH_ROOMS)
+    sources = {str(f.relative_to(patches)): f.read_text() for room in rooms for f in (patches / room).glob("*.py")}
+    assert upward_room_imports(sources) == []
+    assert len([f for f in patches.glob("*.py")]) <= 8  # the root: what every patch goes through
+
+
+def test_upward_room_check_has_teeth():
+    planted = {"setup/x.py": "from ..trainers.offline import OFFLINE\n", "scoring/y.py": "    from ..setup import a\n"}
+    assert upward_room_imports(planted) == ["setup/x.py imports trainers"]

@@ -11,7 +11,8 @@ of `trl.experimental.cpo`'s classes.
 TRL's own: `get_batch_loss_metrics`, `cpo_loss` (AlphaPO, label smoothing, simpo_gamma), the metrics, the collator.
 """
 
-from ..scoring.concatenated_forward import PairedForward, paired_patches
+from ..scoring.concatenated_forward import PairedForward
+from .paired import paired_patches
 
 CPO = PairedForward(
     name="CPOTrainer",

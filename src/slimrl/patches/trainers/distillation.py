@@ -30,8 +30,8 @@ from ...ops.chunked_divergence import HeadTransform, TeacherHead, chunked_diverg
 from ...ops.chunking import AUTO_CHUNKS, num_chunks_of
 from ...swaps import RunValue
 from ..seams import Patch
-from ..setup.distill_setup import DISTILLATION
 from ..setup.trainer_setup import setup_patches
+from .distill_setup import DISTILLATION
 
 MODULE = "trl.trainer.distillation_trainer"
 TRAINER = f"{MODULE}.DistillationTrainer"

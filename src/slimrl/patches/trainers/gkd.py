@@ -11,7 +11,7 @@ TRL's own: `training_step` (the on-policy draw with `random.random() <= lmbda`, 
 
 from ..scoring.distill_loss import COMPUTE_LOSS_PARAMS, DistillLoss, compute_loss_maker
 from ..seams import Patch
-from ..setup.distill_setup import SFT_DISTILL
+from .distill_setup import SFT_DISTILL
 from .offline import offline_patches
 
 TRAINER = "trl.experimental.gkd.gkd_trainer.GKDTrainer"

@@ -11,7 +11,7 @@ loss logging, `prediction_step`, the collators, vLLM generation.
 
 from ..scoring.distill_loss import COMPUTE_LOSS_PARAMS, DistillLoss, compute_loss_maker
 from ..seams import Patch
-from ..setup.distill_setup import GOLD_DISTILL
+from .distill_setup import GOLD_DISTILL
 from .offline import offline_patches
 
 TRAINER = "trl.experimental.gold.gold_trainer.GOLDTrainer"

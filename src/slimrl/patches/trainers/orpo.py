@@ -14,7 +14,8 @@ TRL's own: `get_batch_loss_metrics`, `odds_ratio_loss`, the metrics, the data co
 
 import torch
 
-from ..scoring.concatenated_forward import PairedForward, paired_patches
+from ..scoring.concatenated_forward import PairedForward
+from .paired import paired_patches
 
 ORPO = PairedForward(
     name="ORPOTrainer",

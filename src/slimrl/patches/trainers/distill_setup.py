@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..trainers.offline import OFFLINE
-from . import validation
-from .data_checks import dataset_check
-from .trainer_setup import Family, SetupCall
+from ..setup import validation
+from ..setup.data_checks import dataset_check
+from ..setup.trainer_setup import Family, SetupCall
+from .offline import OFFLINE
 
 
 def _same_model(a, b) -> bool:
