@@ -148,6 +148,14 @@ def _kept_by_user(environ) -> bool:
     return default is not None and torch.get_num_threads() != default
 
 
+def _threads_changed(others: int, cores: int, current: int, threads: int) -> str:
+    """The one line said when slimrl sets torch's thread count (at set-up or between steps)."""
+    return (
+        f"{others} other running job(s) on {cores} cores: torch threads {current} -> {threads} "
+        f"(torch.set_num_threads or OMP_NUM_THREADS to choose, {OPT_OUT_VARIABLE}={OPT_OUT_VALUE} to keep torch's)"
+    )
+
+
 def _lower_torch_threads(others: int, cores: int) -> str | None:
     """torch already loaded: one thread fewer per running job (at least 1), when that is fewer than it has."""
     import torch
@@ -156,10 +164,7 @@ def _lower_torch_threads(others: int, cores: int) -> str | None:
     if others < 1 or threads >= current:
         return None
     torch.set_num_threads(threads)
-    return (
-        f"{others} other running job(s) on {cores} cores: torch threads {current} -> {threads} "
-        f"(torch.set_num_threads or OMP_NUM_THREADS to choose, {OPT_OUT_VARIABLE}={OPT_OUT_VALUE} to keep torch's)"
-    )
+    return _threads_changed(others, cores, current, threads)
 
 
 def apply_thread_policy(environ=None) -> str | None:
@@ -203,9 +208,6 @@ def recheck_thread_policy(now: float | None = None) -> str | None:
     if wanted == current:
         return None
     torch.set_num_threads(wanted)
-    said = (
-        f"{others} other running job(s) on {cores} cores: torch threads {current} -> {wanted} "
-        f"(torch.set_num_threads or OMP_NUM_THREADS to choose, {OPT_OUT_VARIABLE}={OPT_OUT_VALUE} to keep torch's)"
-    )
+    said = _threads_changed(others, cores, current, wanted)
     notice(said)
     return said
