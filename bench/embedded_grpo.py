@@ -1,9 +1,15 @@
 """Run the bare default `slimrl grpo` (embedded SmolLM2-135M, arithmetic task) and report accuracy and wall time.
 
 Usage: python bench/embedded_grpo.py [--threads N] [--output_dir DIR] [-- extra slimrl grpo flags]
+       python bench/embedded_grpo.py --spread [--seeds 1 2 3] [--precisions float32 bfloat16] [--thread_counts 1 2]
 The command runs in a subprocess (exactly what a user types), with OMP/MKL threads pinned (default 1: the machine may
 be shared; use 2 on an idle 2-core box). Prints the reward curve summary from metrics.jsonl and eval.json, and
 writes bench/results/embedded_grpo.json.
+
+`--spread` runs the same command once per (precision, threads, seed), one after another (each run has the machine to
+itself), and writes the list `runs` (seed, precision, threads, cpu, accuracy_before, accuracy_after, wall_s) with the
+worst and best held-out accuracy after training and the longest wall time: the main job's result on other CPUs'
+rounding (threads, bf16) and other draws (seed).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from _common import results_path, write_results
+from _common import provenance, results_path, write_results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -100,7 +106,58 @@ def run_and_summarize(command_name: str, summarize_output) -> tuple[str, dict] |
     return args.json, result
 
 
+def spread_arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--spread", action="store_true", required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--precisions", nargs="+", default=["float32", "bfloat16"], help="--dtype of each run")
+    parser.add_argument("--thread_counts", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--output_dir", default="outputs/bench-embedded-grpo-spread")
+    parser.add_argument("--json", default=results_path("embedded_grpo"), help="the results file")
+    parser.add_argument("extra", nargs="*", help="extra flags for slimrl grpo (after --)")
+    return parser.parse_args(argv)
+
+
+def one_run(args: argparse.Namespace, precision: str, threads: int, seed: int) -> dict:
+    """One bare `slimrl grpo` with this precision, thread count and seed: the row of `runs`."""
+    out = os.path.join(args.output_dir, f"{precision}-t{threads}-s{seed}")
+    command = ["grpo", "--output_dir", out, "--dtype", precision, "--seed", str(seed), *args.extra]
+    returncode, wall = run_cli(command, threads)
+    row = {"seed": seed, "precision": precision, "threads": threads, "cpu": provenance()["machine"]["cpu"]}
+    row.update(command="python -m slimrl.cli " + " ".join(command), returncode=returncode, wall_s=round(wall, 1))
+    if returncode == 0:
+        summary = summarize(os.path.join(ROOT, out))
+        row.update(accuracy_before=summary["accuracy_before"], accuracy_after=summary["accuracy_after"])
+        row.update(train_seconds=summary["train_seconds"], steps=summary["steps"], eval_n=summary["eval_n"])
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def spread(argv: list[str]) -> int:
+    """Every (precision, threads, seed) of the command line, one run each; the results file holds them all."""
+    args = spread_arguments(argv)
+    runs = [
+        one_run(args, precision, threads, seed)
+        for precision in args.precisions
+        for threads in args.thread_counts
+        for seed in args.seeds
+    ]
+    done = [r for r in runs if r["returncode"] == 0]
+    result = {
+        "runs": runs,
+        "failed": len(runs) - len(done),
+        "worst_accuracy_after": min((r["accuracy_after"] for r in done), default=None),
+        "best_accuracy_after": max((r["accuracy_after"] for r in done), default=None),
+        "longest_wall_s": max((r["wall_s"] for r in runs), default=None),
+    }
+    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2))
+    write_results(args.json, result)
+    return 0 if done and len(done) == len(runs) else 1
+
+
 def main() -> int:
+    if "--spread" in sys.argv[1:]:
+        return spread(sys.argv[1:])
     done = run_and_summarize("grpo", summarize)
     if isinstance(done, int):
         return done
