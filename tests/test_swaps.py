@@ -33,17 +33,8 @@ ALLOWED = {
     ("models/teacher.py", "object.__setattr__(self, 'teacher', teacher)"): "slimrl's own module",
     ("export/merged.py", "delattr(config, attr)"): "slimrl's own deep copy of the config, for the exported files",
     ("models/embedded.py", "delattr(model.config, attr)"): "the model slimrl loads to convert the embedded GGUF",
-    ("patches/scoring/shared_prefix.py", "setattr(forward, WRAPPED_MARK, True)"): "marks slimrl's own wrapper function",
-    (
-        "patches/scoring/shared_images.py",
-        "setattr(get_image_features, WRAPPED_MARK, True)",
-    ): "the same, for the encoder",
-    (
-        "patches/scoring/padding_free.py",
-        "setattr(forward, WRAPPED_MARK, True)",
-    ): "the same, for the padding-free forward",
-    ("models/tiled_mlp.py", "setattr(forward, MARK, True)"): "the same, for the tiled MLP forward",
-    ("ops/logprob.py", "setattr(_fused_forward, HEAD_MARK, settings)"): "the same, for the fused head (its settings)",
+    ("ops/logprob.py", "setattr(_fused_forward, HEAD_MARK, settings)"): "the fused head's settings, on slimrl's "
+    "own forward function",
     (
         "patches/scoring/padding_free.py",
         "setattr(out, name, _grid(value, first, width - 1))",
@@ -210,6 +201,60 @@ def test_swaps_nest_and_restore_exactly():
     swaps.restore(obj, "kept")
     assert not hasattr(obj, "forward") and obj.kept == 1 and swaps.swapped(obj) == {}
     swaps.restore(obj, "forward")  # nothing recorded: nothing to do
+
+
+def _layer(tag):
+    """A scoring layer's `make`: wraps the current forward in a function that says which layers it went through."""
+
+    def make(obj, inner):
+        def forward():
+            return [tag, *inner()]
+
+        return forward
+
+    return make
+
+
+def _model():
+    model = types.SimpleNamespace()
+    swaps.swap(model, "forward", lambda: ["head"], "the fused head")
+    return model
+
+
+def test_scoring_layers_go_on_in_order_once_and_come_off():
+    a, b, plain = _model(), _model(), type("Plain", (), {"forward": lambda self: ["class"]})()
+    with swaps.scoring_layer([a, b, a, None, plain], "forward", swaps.PADDING_FREE, _layer("pf")) as first:
+        assert first == [a, b]  # each object once; `plain` has no forward of its own (own=True): left alone
+        with swaps.scoring_layer([a], "forward", swaps.PADDING_FREE, _layer("again")) as nested:
+            assert nested == [] and a.forward() == ["pf", "head"]  # a nested seam leaves the outer one's layer
+        with swaps.scoring_layer([a], "forward", swaps.SHARED_PREFIX, _layer("sp")):
+            assert a.forward() == ["sp", "pf", "head"] and b.forward() == ["pf", "head"]
+            with swaps.scoring_layer([a], "forward", swaps.PADDING_FREE, _layer("pf2")) as under:
+                assert under == [] and a.forward() == ["sp", "pf", "head"]  # never under a layer after it
+        assert swaps.wears(a, "forward", swaps.PADDING_FREE) and not swaps.wears(a, "forward", swaps.SHARED_PREFIX)
+    assert a.forward() == ["head"] and b.forward() == ["head"] and plain.forward() == ["class"]
+    assert swaps.swapped(a) == {"forward": "the fused head"}
+
+
+def test_a_scoring_layer_comes_off_on_an_error_and_make_can_decline():
+    a, b = _model(), _model()
+    with pytest.raises(RuntimeError):
+        with swaps.scoring_layer(
+            [a, b], "forward", swaps.SHARED_PREFIX, lambda obj, inner: None if obj is b else inner
+        ):
+            assert swaps.wears(a, "forward", swaps.SHARED_PREFIX) and not swaps.wears(b, "forward", swaps.SHARED_PREFIX)
+            raise RuntimeError
+    assert not swaps.wears(a, "forward", swaps.SHARED_PREFIX) and a.forward() == ["head"]
+
+
+def test_records_that_no_longer_describe_the_attribute_are_not_worn():
+    model = _model()
+    swaps.swap(model, "forward", lambda: ["pf"], swaps.PADDING_FREE)
+    assert swaps.wears(model, "forward", swaps.PADDING_FREE)
+    vars(model)["forward"] = lambda: ["set again"]  # someone else set it (the negative control)
+    assert not swaps.wears(model, "forward", swaps.PADDING_FREE)
+    with swaps.scoring_layer([model], "forward", swaps.PADDING_FREE, _layer("pf")) as installed:
+        assert installed == [model] and model.forward() == ["pf", "set again"]
 
 
 def test_adjust_default_keeps_what_the_user_set():

@@ -10,6 +10,11 @@
                                        apply_* functions), with the value it replaced: `restore` undoes it the same way
   swapped(obj)                         name -> why, for `slimrl.describe` (which adds the registry's class patches)
   latest_why(obj, name)                the why of the latest change of `obj.name` (None: none recorded)
+  wears(obj, name, why)                whether `obj.name` holds, or wraps, a swap made for `why` (still in place)
+  scoring_layer(objects, name, layer, make)
+                                       one of SCORING_LAYERS over `obj.name` of each object while a call runs (the
+                                       scoring seams' padding-free forward, shared prefix, shared images): at most
+                                       once per object, only over the layers before it, restored on the way out
   swapped_modules()                    "module.name" -> why of the swaps on Python modules (a module-level function)
   RunValue(name, default, why)         a module-level value set while a call runs (a ContextVar): `.get()`,
                                        `with value.bound(x):` (set, then reset on the way out)
@@ -27,6 +32,9 @@ Choices:
   away with the object. Swaps of one name nest (a stack): a `restore` undoes the latest one only, so a wrapper put
   over a swapped method for a while (the shared-prefix forward over the fused head) comes off leaving the first.
 - Values are set with `setattr` (nn.Module keeps a plain value in the instance `__dict__`).
+- Whether an object already wears a change is read from its records (`wears`), never from a mark set on the
+  installed function: a record names the value it installed, so records that no longer describe the attribute (it
+  was set again by someone else) count as not worn.
 """
 
 from __future__ import annotations
@@ -64,21 +72,23 @@ _MODULES: dict[str, types.ModuleType] = {}  # the Python modules a swap was reco
 
 @dataclass
 class Swap:
-    """One recorded change: why it was made and what the object's own attribute held before."""
+    """One recorded change: why it was made, what the object's own attribute held before and (a swap) what the
+    change put there."""
 
     why: str
     original: Any
+    value: Any = MISSING
 
 
-def _push(obj, name: str, why: str, original) -> None:
+def _push(obj, name: str, why: str, original, value=MISSING) -> None:
     if isinstance(obj, types.ModuleType):
         _MODULES[obj.__name__] = obj
-    swap_records(obj).setdefault(name, []).append(Swap(why, original))
+    swap_records(obj).setdefault(name, []).append(Swap(why, original, value))
 
 
 def swap(obj, name: str, value, why: str) -> None:
     """Set `obj.name = value` as the object's own attribute, recording what it replaces."""
-    _push(obj, name, why, vars(obj).get(name, MISSING))
+    _push(obj, name, why, vars(obj).get(name, MISSING), value)
     setattr(obj, name, value)
 
 
@@ -129,6 +139,48 @@ def latest_why(obj, name: str) -> str | None:
     """The why of the latest recorded change of `obj.name` (None: none recorded)."""
     stack = (swap_records(obj, create=False) or {}).get(name)
     return stack[-1].why if stack else None
+
+
+def wears(obj, name: str, why: str) -> bool:
+    """Whether `obj.name` holds a swap made for `why`, or a later swap over it: the latest recorded swap of `name` is
+    what the object's attribute holds (else the records no longer describe it: False)."""
+    stack = (swap_records(obj, create=False) or {}).get(name)
+    if not stack or vars(obj).get(name, MISSING) is not stack[-1].value:
+        return False
+    return any(record.why == why for record in stack)
+
+
+# The layers a patched trainer puts over its models while a log-prob call runs, innermost first (each is the why its
+# swap records). Each goes on at most once per object, and never over a layer after it here: a nested seam finds the
+# layer its outer seam installed and leaves it.
+PADDING_FREE = "padding-free forward (row groups)"
+SHARED_PREFIX = "prompts forwarded once (shared prefix)"
+SHARED_IMAGES = "each distinct image encoded once (shared images)"
+SCORING_LAYERS = (PADDING_FREE, SHARED_PREFIX, SHARED_IMAGES)
+
+
+@contextlib.contextmanager
+def scoring_layer(objects, name: str, layer: str, make, own: bool = True):
+    """While the body runs, `obj.name = make(obj, current)` on each distinct object of `objects` (`current`: what
+    `obj.name` gives now; `make` returns None to leave that object alone), restored afterwards, exception or not.
+    Left alone: an object wearing `layer` or a layer after it in SCORING_LAYERS, and with `own`, one whose `name`
+    is not its own attribute (the fused head TRL installs on the model instance). Yields the objects changed."""
+    later = SCORING_LAYERS[SCORING_LAYERS.index(layer) :]
+    installed = []
+    for obj in objects:
+        if obj is None or any(obj is done for done in installed) or (own and vars(obj).get(name) is None):
+            continue
+        if any(wears(obj, name, other) for other in later):
+            continue
+        value = make(obj, getattr(obj, name))
+        if value is not None:
+            swap(obj, name, value, layer)
+            installed.append(obj)
+    try:
+        yield installed
+    finally:
+        for obj in reversed(installed):
+            restore(obj, name)
 
 
 def swapped_modules() -> dict[str, str]:

@@ -47,7 +47,7 @@ TILED_MLP_FIELD = "slimrl_tiled_mlp"  # the GRPO/RLOO config field the patched t
 TILED_MLP_DEFAULT = AUTO
 AUTO_TILE_BYTES = 4 * 1024**3
 MLP_TRANSIENT_TENSORS = 4
-MARK = "__slimrl_tiled_mlp__"
+TILED = "tiled MLP (tile_mlp)"  # the why its swap records (swaps.wears finds it)
 
 
 def validate_tiled_mlp(value):
@@ -96,7 +96,7 @@ def tileable_mlps(model) -> list:
         if name.rsplit(".", 1)[-1] != "mlp" or not hasattr(module, "down_proj") or hasattr(module, "experts"):
             continue
         current = module.__dict__.get("forward")
-        if current is None or getattr(current, MARK, False):
+        if current is None or swaps.wears(module, "forward", TILED):
             found.append((name, module))
     return found
 
@@ -141,7 +141,6 @@ def _tiled_forward(state: TiledMLPState):
             state.sharded_calls += 1
         return tiled_mlp(lambda t: original(self, t), x, params, shard)
 
-    setattr(forward, MARK, True)
     return forward
 
 
@@ -156,7 +155,7 @@ def untile_mlp(model):
     if state is None or state.tiled_mlp is None:
         return model
     for module in state.tiled_mlp.modules:
-        if getattr(module.__dict__.get("forward"), MARK, False):
+        if swaps.wears(module, "forward", TILED):
             swaps.restore(module, "forward")
     state.tiled_mlp = None
     return model
@@ -175,7 +174,7 @@ def tile_mlp(model, setting=AUTO):
     hidden = config.hidden_size
     tiled = TiledMLPState(setting, hidden, getattr(config, "intermediate_size", None) or 4 * hidden)
     for _, module in tileable_mlps(model):
-        swaps.swap(module, "forward", types.MethodType(_tiled_forward(tiled), module), "tiled MLP (tile_mlp)")
+        swaps.swap(module, "forward", types.MethodType(_tiled_forward(tiled), module), TILED)
         tiled.modules.append(module)
     state.tiled_mlp = tiled
     return model

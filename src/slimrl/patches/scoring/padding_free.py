@@ -19,7 +19,6 @@ drops them. Choices, and why:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 from dataclasses import dataclass
@@ -27,13 +26,12 @@ from dataclasses import dataclass
 import torch
 
 from ...state import trainer_state, transformers_model
-from ...swaps import restore, swap
+from ...swaps import PADDING_FREE, scoring_layer
 from ..setup.row_groups_rules import AUTO
 from ..setup.shared_prefix_rules import has_active_dropout
 
 PLAIN_KWARGS = frozenset({"input_ids", "attention_mask", "use_cache", "output_router_logits"})
 GRID_OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1", "label_mask")
-WRAPPED_MARK = "__slimrl_padding_free__"
 
 
 @dataclass
@@ -112,31 +110,20 @@ def _padding_free_forward(trainer, inner):
             **kwargs,
         )
 
-    setattr(forward, WRAPPED_MARK, True)
     return forward
 
 
-@contextlib.contextmanager
 def padding_free_forwards(trainer, setting=AUTO):
     """Install the padding-free forward over the fused head of the trainer's policy and reference (instance
     attribute) for the duration: `setting` True, or "auto" on a model without active dropout (row_groups_rules.py)."""
-    installed = []
     models = (getattr(trainer, "model", None), getattr(trainer, "ref_model", None)) if setting is not False else ()
-    for model in models:
-        if model is None:
-            continue
-        base = transformers_model(trainer.accelerator.unwrap_model(model))
-        inner = base.__dict__.get("forward")  # the fused head TRL installed on the instance
-        if inner is None or getattr(inner, WRAPPED_MARK, False):
-            continue
+    bases = [transformers_model(trainer.accelerator.unwrap_model(model)) for model in models if model is not None]
+
+    def make(base, inner):
         if setting == AUTO and has_active_dropout(base):
-            continue
+            return None
         if "position_ids" not in inspect.signature(type(base).forward).parameters:
-            continue  # the kept tokens could not keep their positions
-        swap(base, "forward", _padding_free_forward(trainer, inner), "padding-free forward (row groups)")
-        installed.append(base)
-    try:
-        yield
-    finally:
-        for base in installed:
-            restore(base, "forward")
+            return None  # the kept tokens could not keep their positions
+        return _padding_free_forward(trainer, inner)
+
+    return scoring_layer(bases, "forward", PADDING_FREE, make)

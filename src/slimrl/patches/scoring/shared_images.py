@@ -15,17 +15,15 @@ Where it does not apply, the model encodes one image per row as stock (the reaso
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 
 from ...ops.image_features import encode_distinct
-from ...swaps import restore, swap
+from ...swaps import SHARED_IMAGES, scoring_layer
 from ..setup.shared_prefix_rules import AUTO, has_active_dropout
 
 VERIFIED_MODEL_TYPES = frozenset({"gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
 METHOD = "get_image_features"
-WRAPPED_MARK = "__slimrl_shared_images__"
 
 
 def encoder_owner(base):
@@ -64,32 +62,24 @@ def _distinct_encoder(owner, original, record):
         record(given, encoded)
         return output
 
-    setattr(get_image_features, WRAPPED_MARK, True)
     return get_image_features
 
 
-@contextlib.contextmanager
 def distinct_images(bases, setting, record, note):
     """While active, each image-text model among `bases` encodes each distinct image of a forward once.
 
     record(images_given, images_encoded) is called per encoder call; note(reason) when a model keeps stock's path."""
-    installed = []
+    served = {}  # id(encoder owner) -> (the owner, the first of `bases` it serves)
     for base in bases:
         owner = encoder_owner(base)
-        if owner is None or any(owner is done for done, _ in installed):
-            continue
-        current = owner.__dict__.get(METHOD)
-        if current is not None and getattr(current, WRAPPED_MARK, False):
-            continue  # a nested seam: the outer one installed it
-        reason = image_problem(base, setting)
+        if owner is not None:
+            served.setdefault(id(owner), (owner, base))
+
+    def make(owner, original):
+        reason = image_problem(served[id(owner)][1], setting)
         if reason is not None:
             note(reason)
-            continue
-        encoder = _distinct_encoder(owner, getattr(owner, METHOD), record)
-        swap(owner, METHOD, encoder, "each distinct image encoded once (shared images)")
-        installed.append((owner, current))
-    try:
-        yield
-    finally:
-        for owner, _ in installed:
-            restore(owner, METHOD)
+            return None
+        return _distinct_encoder(owner, original, record)
+
+    return scoring_layer([owner for owner, _ in served.values()], METHOD, SHARED_IMAGES, make, own=False)

@@ -35,7 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ...state import trainer_state, transformers_model
-from ...swaps import restore, swap
+from ...swaps import SHARED_PREFIX, scoring_layer
 from ..seams import Patch
 from ..setup.shared_prefix_rules import AUTO, CONFIG_FIELD, auto_refusal, model_problem, too_small
 from .shared_images import distinct_images
@@ -44,7 +44,6 @@ logger = logging.getLogger("slimrl")
 
 PLAIN_KWARGS = frozenset({"input_ids", "attention_mask", "use_cache", "output_router_logits"})
 HEAD_OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
-WRAPPED_MARK = "__slimrl_shared_prefix__"  # set on the installed forward, so a nested seam does not wrap it twice
 
 
 @dataclass
@@ -191,7 +190,6 @@ def _sharing_forward(trainer, base, inner, setting):
             return plain()
         return result
 
-    setattr(forward, WRAPPED_MARK, True)
     return forward
 
 
@@ -223,19 +221,12 @@ def image_sharing(trainer):
 def sharing_forwards(trainer):
     """Wrap the fused forward of the trainer's policy and reference models (instance attribute) for the duration."""
     setting = getattr(trainer.args, CONFIG_FIELD, AUTO)
-    installed = []
-    for base in _trainer_bases(trainer):
-        inner = base.__dict__.get("forward")  # the fused head TRL installed on the instance
-        if inner is None or getattr(inner, WRAPPED_MARK, False):
-            continue
-        swap(base, "forward", _sharing_forward(trainer, base, inner, setting), "prompts forwarded once (shared prefix)")
-        installed.append(base)
-    try:
-        with image_sharing(trainer):
-            yield
-    finally:
-        for base in installed:
-            restore(base, "forward")
+
+    def make(base, inner):
+        return _sharing_forward(trainer, base, inner, setting)
+
+    with scoring_layer(_trainer_bases(trainer), "forward", SHARED_PREFIX, make), image_sharing(trainer):
+        yield
 
 
 def make_sharing_seam(original):
