@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from ... import fields
 from ...ops.chunking import validate_num_chunks
 from ...state import AUTO_CHUNKS, config_state
 from ...swaps import set_field
@@ -29,7 +30,8 @@ from . import distributed, precision
 from .config_ranges import check_ranges
 
 SLIMRL_FIELD = "a slimrl field"  # what slimrl.describe says of the fields the patched __init__ sets
-SHARED_CONFIG_FIELDS = ((budget.BUDGET_FIELD, None),)  # (name, default) of every patched config, beside the knob
+# (name, default) of every patched config's fields taken as plain keywords (the knob, with its alias, apart)
+SHARED_CONFIG_FIELDS = tuple(pair for pair in fields.every_config() if pair[0] != fields.NUM_CHUNKS)
 
 
 def num_chunks_from(slimrl_num_chunks, unsloth_num_chunks) -> int:
@@ -49,7 +51,7 @@ def config_init_maker(family: Family):
         def __init__(self, *args, slimrl_num_chunks=None, unsloth_num_chunks=None, **kwargs):
             adapt_config_kwargs(type(self), kwargs, family.renamed_fields, family.removed_fields)
             extras = {name: kwargs.pop(name, default) for name, default in keyword_fields(family)}
-            set_field(self, "slimrl_num_chunks", num_chunks_from(slimrl_num_chunks, unsloth_num_chunks), SLIMRL_FIELD)
+            set_field(self, fields.NUM_CHUNKS, num_chunks_from(slimrl_num_chunks, unsloth_num_chunks), SLIMRL_FIELD)
             for name, value in extras.items():
                 set_field(self, name, value, SLIMRL_FIELD)
             config_state(self).user_fields = frozenset(kwargs)
@@ -67,7 +69,7 @@ def keyword_fields(family: Family) -> tuple[tuple[str, Any], ...]:
 
 def config_defaults(family: Family) -> tuple[tuple[str, Any], ...]:
     """(name, default) of every slimrl field a patched config of `family` has: the one place its defaults live."""
-    return (("slimrl_num_chunks", AUTO_CHUNKS), *keyword_fields(family))
+    return ((fields.NUM_CHUNKS, fields.default(fields.NUM_CHUNKS)), *keyword_fields(family))
 
 
 def config_default_patches(family: Family, config_path: str) -> list[Patch]:

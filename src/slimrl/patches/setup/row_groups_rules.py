@@ -23,9 +23,8 @@ several GPUs, LOMO optimizers that step inside the backward).
 
 from __future__ import annotations
 
-from ...models.tiled_mlp import TILED_MLP_DEFAULT, TILED_MLP_FIELD, validate_tiled_mlp
+from ...models.tiled_mlp import TILED_MLP_FIELD, validate_tiled_mlp
 from ...ops.row_groups import (
-    PADDING_FREE_DEFAULT,
     PADDING_FREE_FIELD,
     ROWS_DEFAULT,
     ROWS_FIELD,
@@ -35,11 +34,6 @@ from ...ops.row_groups import (
 from .shared_prefix_rules import MULTIMODAL_ARGS
 
 AUTO = "auto"
-FIELDS = (
-    (ROWS_FIELD, ROWS_DEFAULT),
-    (PADDING_FREE_FIELD, PADDING_FREE_DEFAULT),
-    (TILED_MLP_FIELD, TILED_MLP_DEFAULT),
-)  # (name, default)
 DROPOUT_REASON = "active dropout: other rows per forward would draw other dropout masks than stock"
 STEPPING_OPTIMIZERS = ("lomo", "adalomo")
 

@@ -17,9 +17,10 @@ The forward itself is patches/scoring/shared_prefix.py (the seams) over slimrl.o
 
 from __future__ import annotations
 
-CONFIG_FIELD = "slimrl_shared_prefix"
+from ... import fields
+
+CONFIG_FIELD = fields.SHARED_PREFIX
 AUTO = "auto"
-FIELD = (CONFIG_FIELD, AUTO)  # (name, default), as trainer_setup.Family declares config fields
 AUTO_MAX_COST_RATIO = 0.7
 AUTO_MIN_FLOPS = 1e8
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
