@@ -1,9 +1,9 @@
 """Row groups and the sequence-tiled MLP as the memory planner sees them: how many rows one policy forward and backward
 holds (`group_rows`) and how many tokens one MLP shard holds in the recompute (`mlp_shard_tokens`, 0: untiled).
 
-Both are resolved by the levers' own rules, never a copy of them: the config field, default, validator and grouping
-of slimrl.ops.row_groups (`ROWS_FIELD`, `partition`, `AUTO_GROUP_TOKENS`), the field, default, validator and shard
-rule of slimrl.models.tiled_mlp (`TILED_MLP_FIELD`, `TiledMLPState.shard_tokens`), and whether "auto" turns a lever
+Both are resolved by the levers' own rules, never a copy of them: the config fields' names and defaults of
+slimrl.fields, the validator and grouping of slimrl.ops.row_groups (`partition`, `AUTO_GROUP_TOKENS`), the validator
+and shard rule of slimrl.models.tiled_mlp (`TiledMLPState.shard_tokens`), and whether "auto" turns a lever
 on for the plan's device and sizes: slimrl.models.long_context, the decision a patched trainer takes at run time.
 A slimrl without those modules scores a step's rows in TRL's one forward with the untiled MLP, and so does the plan;
 so do algorithms other than GRPO/RLOO.

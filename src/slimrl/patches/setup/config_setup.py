@@ -1,11 +1,12 @@
 """The config side of every patched trainer's set-up (trainer_setup.py has the trainer side):
 
 1. Config `__init__`: slimrl's config fields are accepted as keywords and set before the dataclass `__init__`, so
-   `__post_init__` and TRL's checks see them: `slimrl_num_chunks` (Unsloth's alias `unsloth_num_chunks`; the knob
-   of slimrl.ops.chunking) and the family's own. Fields an older script passes under a name TRL 1.16 renamed are
-   taken under the new name with a notice (both given and different: an error naming both); fields TRL removed get
-   an error saying what replaced them. The fields the user passed are recorded (slimrl.state.ConfigState): slimrl
-   may adjust a TRL default but never a value the user set.
+   `__post_init__` and TRL's checks see them, each a row of slimrl.fields: every config's (`slimrl_num_chunks`,
+   with Unsloth's alias `unsloth_num_chunks`, the knob of slimrl.ops.chunking; the memory budget) and the family's.
+   Fields an older script passes under a name TRL 1.16 renamed are taken under the new name with a notice (both
+   given and different: an error naming both); fields TRL removed get an error saying what replaced them. The
+   fields the user passed are recorded (slimrl.state.ConfigState): slimrl may adjust a TRL default but never a
+   value the user set.
 2. Config class: each slimrl field's default as a class attribute (config_default_patches), so a config built
    before patching, by `dataclasses.replace` or a parser reads slimrl's defaults. Config `__post_init__`: precision
    flags resolved where TRL's default cannot run (precision.py), then `use_cpu` for a multi-process launch without an
