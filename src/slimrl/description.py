@@ -21,8 +21,10 @@ Each is a line such as "off (auto: off on CPU, a forward of 8 rows x 130 tokens 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 
+from . import fields
 from .state import model_state, trainer_state, transformers_model
 from .swaps import run_values, swapped, swapped_modules
 
@@ -62,7 +64,7 @@ def _snapshot(stats) -> dict | None:
     """A lever's counter object as a plain dict (a Counter as a dict, a list of swapped modules as its length)."""
     if stats is None:
         return None
-    values = {f.name: getattr(stats, f.name) for f in fields(stats)}
+    values = {f.name: getattr(stats, f.name) for f in dataclass_fields(stats)}
     return {k: len(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v for k, v in values.items()}
 
 
@@ -93,7 +95,7 @@ def _tiled_lever(model) -> dict:
     if state is None:
         return {}
     if not state.largest_call:
-        return {"tiled_mlp": str(long_context.before_a_forward("slimrl_tiled_mlp", state.setting))}
+        return {"tiled_mlp": str(long_context.before_a_forward(fields.TILED_MLP, state.setting))}
     choice = long_context.tiled_mlp_choice(
         state.setting, state.hidden, state.intermediate, state.largest_call, state.activation_bytes
     )
@@ -103,20 +105,19 @@ def _tiled_lever(model) -> dict:
 def _trainer_levers(trainer) -> dict:
     """Each long-context lever of a GRPO/RLOO trainer: on or off and why, as last decided (models/long_context.py)."""
     from .models import long_context
-    from .models.tiled_mlp import TILED_MLP_FIELD
-    from .ops.row_groups import PADDING_FREE_FIELD, ROWS_FIELD
 
     args = trainer.args
-    if not hasattr(args, ROWS_FIELD):
+    if not hasattr(args, fields.ROWS_PER_GROUP):
         return {}
     state = trainer_state(trainer, create=False)
     chosen = (None if state is None else state.lever_choices) or {}
     levers = {
         lever: str(chosen.get(lever) or long_context.before_a_forward(name, getattr(args, name)))
-        for lever, name in (("row_groups", ROWS_FIELD), ("padding_free", PADDING_FREE_FIELD))
+        for lever, name in (("row_groups", fields.ROWS_PER_GROUP), ("padding_free", fields.PADDING_FREE))
     }
     tiled = _tiled_lever(getattr(trainer, "model", None))
-    return levers | (tiled or {"tiled_mlp": str(long_context.before_a_forward(TILED_MLP_FIELD, args.slimrl_tiled_mlp))})
+    unscored = long_context.before_a_forward(fields.TILED_MLP, getattr(args, fields.TILED_MLP))
+    return levers | (tiled or {"tiled_mlp": str(unscored)})
 
 
 def _one(obj, label: str) -> Description:

@@ -13,8 +13,9 @@ Choices made:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 
+from slimrl import fields
 from slimrl.cli.parsing import EVAL_PER_STEP, FULL_EVAL, FULL_EVAL_STEPS, MIN_EVAL, parsed_arguments, run_name
 from slimrl.swaps import set_field
 from slimrl.tasks.arithmetic import DEFAULTS as ARITHMETIC  # noqa: E402  (light: no torch/trl import)
@@ -210,38 +211,28 @@ class TaskArguments(DataArguments):
     )
 
 
-@dataclass
-class SlimrlArguments:
-    """slimrl's own config fields (not part of TRL's config dataclass): set on the parsed config."""
-
-    slimrl_num_chunks: int = field(
-        default=-1,
-        metadata={
-            "help": "Chunks of the log-prob head: -1 = automatic (bounded scratch memory), N >= 1 = the "
-            "scored tokens in N chunks (less memory, same numbers)."
-        },
-    )
-    slimrl_max_memory_gb: float | None = field(
-        default=None,
-        metadata={
-            "aliases": ["--max_memory_gb"],
-            "help": "Stop (keeping the last step's checkpoint) when a step's measured peak memory exceeds "
-            "this many GiB (peak RSS on CPU, allocated memory on CUDA); `slimrl plan` says what a run needs.",
-        },
-    )
+def flag_fields(rows) -> list:
+    """(name, type, dataclasses.field) of each slimrl field's flag, from its row in slimrl.fields."""
+    flags = []
+    for row in rows:
+        metadata = {"help": row.help}
+        if row.alias:
+            metadata["aliases"] = [row.alias]
+        if row.choices:
+            metadata["choices"] = list(row.choices)
+        flags.append((row.name, row.flag_type, field(default=row.default, metadata=metadata)))
+    return flags
 
 
-@dataclass
-class OnlineSlimrlArguments(SlimrlArguments):
-    slimrl_reward_errors: str = field(
-        default="raise",
-        metadata={
-            "help": "A reward function that raises or returns an unusable value: 'raise' stops with the "
-            "function, prompt and completion named; 'skip' scores that completion NaN and counts it (metric "
-            "rewards/<name>/errors).",
-            "choices": ["raise", "skip"],
-        },
-    )
+# slimrl's own config fields (not part of TRL's config dataclass), set on the parsed config: every command's, then
+# the online commands' (grpo's rows: online_dpo's flags are the same)
+SlimrlArguments = make_dataclass("SlimrlArguments", flag_fields(fields.flag_rows()), namespace={"__module__": __name__})
+OnlineSlimrlArguments = make_dataclass(
+    "OnlineSlimrlArguments",
+    flag_fields(fields.flag_rows("grpo")),
+    bases=(SlimrlArguments,),
+    namespace={"__module__": __name__},
+)
 
 
 def set_cli_defaults(parser, defaults: dict) -> None:

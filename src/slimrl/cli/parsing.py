@@ -19,16 +19,21 @@ FLAG = "the command's flag"  # what slimrl.describe says of a slimrl field the C
 
 def apply_slimrl_arguments(training_args, slimrl_args) -> None:
     """Set slimrl's fields on the config, validated by their owners (the same checks as the config keywords)."""
+    import dataclasses
+
+    from slimrl import fields
     from slimrl.ops.chunking import validate_num_chunks
+    from slimrl.patches.rollouts.rewards import check_policy
     from slimrl.swaps import set_field
     from slimrl.training.budget import validate_memory_budget
 
-    set_field(training_args, "slimrl_num_chunks", validate_num_chunks(slimrl_args.slimrl_num_chunks), FLAG)
-    set_field(training_args, "slimrl_max_memory_gb", validate_memory_budget(slimrl_args.slimrl_max_memory_gb), FLAG)
-    if hasattr(slimrl_args, "slimrl_reward_errors"):
-        from slimrl.patches.rollouts.rewards import check_policy
-
-        set_field(training_args, "slimrl_reward_errors", check_policy(slimrl_args.slimrl_reward_errors), FLAG)
+    validators = {
+        fields.NUM_CHUNKS: validate_num_chunks,
+        fields.MAX_MEMORY_GB: validate_memory_budget,
+        fields.REWARD_ERRORS: check_policy,
+    }
+    for flag in dataclasses.fields(slimrl_args):
+        set_field(training_args, flag.name, validators[flag.name](getattr(slimrl_args, flag.name)), FLAG)
 
 
 def parse_with_config(parser, argv: list[str]):

@@ -76,12 +76,10 @@ def apply_run_flags(command: str, argv: list[str], task_args, training_args) -> 
             raise ValueError("--resume and --resume_from_checkpoint both given: pass one of them.")
         folder = training_args.output_dir if resume in (RESUME_LATEST, "True", "true") else resume
         checkpoint = resolve_resume(str(folder))
-        if folder != training_args.output_dir and not user_set(training_args, "output_dir"):
-            print(
-                f"[slimrl] resuming {checkpoint}: output_dir {training_args.output_dir} -> {run_dir_of(checkpoint)}",
-                flush=True,
-            )
-            set_field(training_args, "output_dir", run_dir_of(checkpoint), "--resume: the checkpoint's run folder")
+        before = training_args.output_dir
+        why = "--resume: the checkpoint's run folder"
+        if folder != before and adjust_default(training_args, "output_dir", run_dir_of(checkpoint), why):
+            print(f"[slimrl] resuming {checkpoint}: output_dir {before} -> {run_dir_of(checkpoint)}", flush=True)
         set_field(training_args, "resume_from_checkpoint", checkpoint, "--resume")
     task_args.resume_command = resume_command(command, argv, training_args.output_dir)
 

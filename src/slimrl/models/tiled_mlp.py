@@ -38,13 +38,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import swaps
+from .. import fields, swaps
 from ..state import model_state, transformers_model
 from .modes import is_generating
 
 AUTO = "auto"
-TILED_MLP_FIELD = "slimrl_tiled_mlp"  # the GRPO/RLOO config field the patched trainers pass to tile_mlp
-TILED_MLP_DEFAULT = AUTO
+TILED_MLP_FIELD = fields.TILED_MLP  # the GRPO/RLOO config field the patched trainers pass to tile_mlp
+TILED_MLP_DEFAULT = fields.default(TILED_MLP_FIELD)
 AUTO_TILE_BYTES = 4 * 1024**3
 MLP_TRANSIENT_TENSORS = 4
 TILED = "tiled MLP (tile_mlp)"  # the why its swap records (swaps.wears finds it)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 
+from .. import fields
 from ..state import AUTO_CHUNKS, model_state
 
 AUTO_BUDGET_BYTES = 128 * 1024**2
 
 
-def validate_num_chunks(value, name: str = "slimrl_num_chunks") -> int:
+def validate_num_chunks(value, name: str = fields.NUM_CHUNKS) -> int:
     """`value` if it is AUTO_CHUNKS or an integer >= 1, else ValueError naming `name`."""
     if isinstance(value, bool) or not isinstance(value, int) or not (value == AUTO_CHUNKS or value >= 1):
         raise ValueError(f"{name} must be {AUTO_CHUNKS} (automatic) or an integer >= 1, got {value!r}.")

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import torch
 
+from .. import fields
+
 AUTO = "auto"
-ROWS_FIELD = "slimrl_rows_per_group"  # the GRPO/RLOO config field that sets a group's size
-ROWS_DEFAULT = AUTO
+ROWS_FIELD = fields.ROWS_PER_GROUP  # the GRPO/RLOO config field that sets a group's size
+ROWS_DEFAULT = fields.default(ROWS_FIELD)
 AUTO_GROUP_TOKENS = 4096  # tokens a group holds under "auto" (choice 3)
 AUTO_FREE_FRACTION = 0.5  # share of the free memory one group's working memory may take under "auto"
 
@@ -43,8 +45,8 @@ def validate_rows_per_group(value):
     raise ValueError(f"{ROWS_FIELD} must be 'auto', False or a positive number of rows, got {value!r}.")
 
 
-PADDING_FREE_FIELD = "slimrl_padding_free"  # each row group forwarded without its all-padding columns
-PADDING_FREE_DEFAULT = AUTO
+PADDING_FREE_FIELD = fields.PADDING_FREE  # each row group forwarded without its all-padding columns
+PADDING_FREE_DEFAULT = fields.default(PADDING_FREE_FIELD)
 
 
 def validate_padding_free(value):

@@ -1,9 +1,9 @@
 """Row groups and the sequence-tiled MLP as the memory planner sees them: how many rows one policy forward and backward
 holds (`group_rows`) and how many tokens one MLP shard holds in the recompute (`mlp_shard_tokens`, 0: untiled).
 
-Both are resolved by the levers' own rules, never a copy of them: the config field, default, validator and grouping
-of slimrl.ops.row_groups (`ROWS_FIELD`, `partition`, `AUTO_GROUP_TOKENS`), the field, default, validator and shard
-rule of slimrl.models.tiled_mlp (`TILED_MLP_FIELD`, `TiledMLPState.shard_tokens`), and whether "auto" turns a lever
+Both are resolved by the levers' own rules, never a copy of them: the config fields' names and defaults of
+slimrl.fields, the validator and grouping of slimrl.ops.row_groups (`partition`, `AUTO_GROUP_TOKENS`), the validator
+and shard rule of slimrl.models.tiled_mlp (`TiledMLPState.shard_tokens`), and whether "auto" turns a lever
 on for the plan's device and sizes: slimrl.models.long_context, the decision a patched trainer takes at run time.
 A slimrl without those modules scores a step's rows in TRL's one forward with the untiled MLP, and so does the plan;
 so do algorithms other than GRPO/RLOO.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 
+from .. import fields
 from ..families import ONLINE
 
 
@@ -30,24 +31,24 @@ def available() -> bool:
     )
 
 
-def settings(algorithm: str, fields: dict) -> tuple:
+def settings(algorithm: str, values: dict) -> tuple:
     """(rows-per-group setting, tiled-MLP setting) from the config fields; False, False where the levers don't apply."""
     if algorithm not in ONLINE or not available():
         return False, False
-    from ..models.tiled_mlp import TILED_MLP_DEFAULT, TILED_MLP_FIELD, validate_tiled_mlp
-    from ..ops.row_groups import ROWS_DEFAULT, ROWS_FIELD, validate_rows_per_group
+    from ..models.tiled_mlp import validate_tiled_mlp
+    from ..ops.row_groups import validate_rows_per_group
 
-    rows = fields.get(ROWS_FIELD, ROWS_DEFAULT)
-    return validate_rows_per_group(rows), validate_tiled_mlp(fields.get(TILED_MLP_FIELD, TILED_MLP_DEFAULT))
+    rows = validate_rows_per_group(values.get(fields.ROWS_PER_GROUP, fields.default(fields.ROWS_PER_GROUP)))
+    return rows, validate_tiled_mlp(values.get(fields.TILED_MLP, fields.default(fields.TILED_MLP)))
 
 
-def padding_free_setting(algorithm: str, fields: dict):
+def padding_free_setting(algorithm: str, values: dict):
     """The `slimrl_padding_free` setting (False where it does not apply)."""
     if algorithm not in ONLINE or not available():
         return False
-    from ..ops.row_groups import PADDING_FREE_DEFAULT, PADDING_FREE_FIELD, validate_padding_free
+    from ..ops.row_groups import validate_padding_free
 
-    return validate_padding_free(fields.get(PADDING_FREE_FIELD, PADDING_FREE_DEFAULT))
+    return validate_padding_free(values.get(fields.PADDING_FREE, fields.default(fields.PADDING_FREE)))
 
 
 def row_groups_choice(setting, rows: int, row_tokens: int, device: str):
@@ -99,7 +100,7 @@ def _row_groups_line(r) -> str:
 
 def _tiled_mlp_line(m, r, tokens: int) -> str:
     if r.tiled_mlp is False or not available():
-        return "off" + (": slimrl_tiled_mlp=False" if r.algorithm in ONLINE and available() else "")
+        return "off" + (f": {fields.TILED_MLP}=False" if r.algorithm in ONLINE and available() else "")
     from ..models.long_context import tiled_mlp_choice
 
     choice = tiled_mlp_choice(r.tiled_mlp, m.hidden, m.intermediate, tokens, r.act_bytes)
@@ -123,7 +124,7 @@ def _offload_line(r, host_bytes: int) -> str:
 
 def _padding_free_line(r) -> str:
     if r.padding_free is False or not available():
-        return "off" + (": slimrl_padding_free=False" if r.algorithm in ONLINE and available() else "")
+        return "off" + (f": {fields.PADDING_FREE}=False" if r.algorithm in ONLINE and available() else "")
     from ..models.long_context import padding_free_choice
 
     tokens = r.prompt_length + r.completion_length

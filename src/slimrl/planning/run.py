@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .. import fields
 from ..families import NO_REFERENCE, ONLINE
 from ..models.checkpointing import resolve_checkpointing
 from . import levers
@@ -105,7 +106,7 @@ def _fields(algorithm: str, config, overrides: dict) -> dict:
         values.update(config)
     elif config is not None:
         values.update({f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
-        values.update({k: v for k, v in vars(config).items() if k.startswith("slimrl_")})  # set beside the dataclass
+        values.update({k: v for k, v in vars(config).items() if k in fields.NAMES})  # set beside the dataclass
     values.update(overrides)
     return values
 
@@ -152,7 +153,7 @@ def run_shape(
     spg = int(f.get("steps_per_generation") or accum) if algorithm in ONLINE else 1
     iterations = int(f.get("num_iterations") or 1)
     old_logps = algorithm == "rloo" or (algorithm in ONLINE and (accum % (spg * iterations) != 0 or fast_inference))
-    shared = f.get("slimrl_shared_prefix", False)
+    shared = f.get(fields.SHARED_PREFIX, False)
     rows_setting, tiled_setting = levers.settings(algorithm, f)
     return RunShape(
         algorithm=algorithm,
@@ -165,7 +166,7 @@ def run_shape(
         weight_bytes=weight_bytes,
         act_bytes=2 if autocast else weight_bytes,
         checkpointing=checkpointing.mode,
-        num_chunks=int(f.get("slimrl_num_chunks", -1) if f.get("slimrl_num_chunks") is not None else -1),
+        num_chunks=int(fields.default(fields.NUM_CHUNKS) if f.get(fields.NUM_CHUNKS) is None else f[fields.NUM_CHUNKS]),
         lora=lora,
         load_in_4bit=load_in_4bit,
         reference=reference,

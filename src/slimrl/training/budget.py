@@ -4,7 +4,9 @@ validator and its reading. Its own module so that both the out-of-memory stop (o
 
 from __future__ import annotations
 
-BUDGET_FIELD = "slimrl_max_memory_gb"
+from .. import fields
+
+BUDGET_FIELD = fields.MAX_MEMORY_GB
 
 
 def validate_memory_budget(value, name: str = BUDGET_FIELD):

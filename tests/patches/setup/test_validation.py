@@ -188,3 +188,28 @@ def test_pin_memory_is_off_without_an_accelerator_unless_set(grpo, tmp_path):
     assert args.dataloader_pin_memory is False and pin_memory_warnings(args.dataloader_pin_memory) == []
     assert pin_memory_warnings(True)  # control: what torch says with TRL's default
     assert _cfg(grpo[0], tmp_path, dataloader_pin_memory=True).dataloader_pin_memory is True  # the user's value kept
+
+
+def _cuda_without_bf16(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+
+
+def test_explicit_fp16_false_is_kept_on_a_gpu_without_bf16(monkeypatch):
+    """The user's fp16=False (bf16 unset) on CUDA without bf16: bf16 is filled, fp16 stays the user's."""
+    _cuda_without_bf16(monkeypatch)
+    args = types.SimpleNamespace(bf16=None, fp16=False, use_cpu=False, mixed_precision="no")
+    config_state(args).user_fields = frozenset({"fp16"})
+    precision.resolve_config_precision(args)
+    precision.resolve_trainer_precision(args, tiny_llama(dtype=torch.float32))
+    assert (args.bf16, args.fp16, args.mixed_precision) == (False, False, "no")
+
+
+def test_unset_flags_on_a_gpu_without_bf16_pick_fp16(monkeypatch):
+    """Neither flag set: slimrl picks fp16 from the fp32 weights, as before."""
+    _cuda_without_bf16(monkeypatch)
+    args = types.SimpleNamespace(bf16=None, fp16=False, use_cpu=False, mixed_precision="no")
+    config_state(args).user_fields = frozenset()
+    precision.resolve_config_precision(args)
+    precision.resolve_trainer_precision(args, tiny_llama(dtype=torch.float32))
+    assert (args.bf16, args.fp16, args.mixed_precision) == (False, True, "fp16")

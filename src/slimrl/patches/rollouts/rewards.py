@@ -27,9 +27,10 @@ import math
 import os
 from typing import Any
 
+from ... import fields
 from ...tasks.custom import TRL_REWARD_KEYWORDS  # what TRL passes to every reward function besides the columns
 
-REWARD_ERROR_POLICIES = ("raise", "skip")
+REWARD_ERROR_POLICIES = fields.BY_NAME[fields.REWARD_ERRORS].choices
 _SHOWN_CHARS = 300
 
 
@@ -39,7 +40,7 @@ class RewardFunctionError(ValueError):
 
 def check_policy(value) -> str:
     if value not in REWARD_ERROR_POLICIES:
-        raise ValueError(f"slimrl_reward_errors must be one of {REWARD_ERROR_POLICIES}, got {value!r}.")
+        raise ValueError(f"{fields.REWARD_ERRORS} must be one of {REWARD_ERROR_POLICIES}, got {value!r}.")
     return value
 
 

@@ -28,6 +28,7 @@ import logging
 import os
 import warnings
 
+from ... import fields
 from ...generation.vllm_engine import engine_of, warn_unused
 from ...state import config_state, user_set
 from ...swaps import RunValue, adjust_default
@@ -85,7 +86,7 @@ def _same(field: str, a, b) -> bool:
 def apply_sampling_params(args) -> dict:
     """Check `args.vllm_sampling_params` against the config and copy the shared fields into it; returns the
     overrides for vLLM (without `seed`, applied per request)."""
-    overrides = sampling_overrides(getattr(args, "vllm_sampling_params", None))
+    overrides = sampling_overrides(getattr(args, fields.VLLM_SAMPLING_PARAMS, None))
     for field, why in _REFUSED_FIELDS.items():
         if field in overrides and not (field == "n" and overrides[field] == 1):
             raise ValueError(f"vllm_sampling_params.{field}={overrides[field]!r} is not accepted: {why}.")
@@ -126,7 +127,7 @@ def _prepare_config(model, args) -> None:
     engine = engine_of(model)
     vllm_server.check_server_sync(args)
     if engine is None:
-        if getattr(args, "vllm_sampling_params", None) is not None and not args.use_vllm:
+        if getattr(args, fields.VLLM_SAMPLING_PARAMS, None) is not None and not args.use_vllm:
             warnings.warn(
                 "vllm_sampling_params is set but use_vllm=False: it has no effect.", UserWarning, stacklevel=4
             )

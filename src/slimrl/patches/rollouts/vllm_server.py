@@ -29,6 +29,7 @@ import os
 import shutil
 import uuid
 
+from ... import fields
 from ...generation.sync_modes import normalize_sync_mode
 from ...notices import notice
 from ...state import user_set
@@ -43,15 +44,15 @@ def is_peft(model) -> bool:
 
 def server_sync(args) -> str:
     """The config's `vllm_server_sync` in the one spelling ("auto" without a config)."""
-    return (
-        "auto" if args is None else normalize_sync_mode(getattr(args, "vllm_server_sync", "auto"), "vllm_server_sync")
-    )
+    name = fields.VLLM_SERVER_SYNC
+    return "auto" if args is None else normalize_sync_mode(getattr(args, name, "auto"), name)
 
 
 def check_server_sync(args) -> None:
     """Before TRL's `__init__`: the field's value (the PEFT check waits for TRL's own PEFT wrapping)."""
     choice = server_sync(args)
-    if choice != "auto" and getattr(args, "vllm_mode", "colocate") != "server" and user_set(args, "vllm_server_sync"):
+    server = getattr(args, "vllm_mode", "colocate") == "server"
+    if choice != "auto" and not server and user_set(args, fields.VLLM_SERVER_SYNC):
         notice(f"vllm_server_sync={choice!r} has no effect with vllm_mode={args.vllm_mode!r}")
 
 

@@ -1,11 +1,12 @@
 """The config side of every patched trainer's set-up (trainer_setup.py has the trainer side):
 
 1. Config `__init__`: slimrl's config fields are accepted as keywords and set before the dataclass `__init__`, so
-   `__post_init__` and TRL's checks see them: `slimrl_num_chunks` (Unsloth's alias `unsloth_num_chunks`; the knob
-   of slimrl.ops.chunking) and the family's own. Fields an older script passes under a name TRL 1.16 renamed are
-   taken under the new name with a notice (both given and different: an error naming both); fields TRL removed get
-   an error saying what replaced them. The fields the user passed are recorded (slimrl.state.ConfigState): slimrl
-   may adjust a TRL default but never a value the user set.
+   `__post_init__` and TRL's checks see them, each a row of slimrl.fields: every config's (`slimrl_num_chunks`,
+   with Unsloth's alias `unsloth_num_chunks`, the knob of slimrl.ops.chunking; the memory budget) and the family's.
+   Fields an older script passes under a name TRL 1.16 renamed are taken under the new name with a notice (both
+   given and different: an error naming both); fields TRL removed get an error saying what replaced them. The
+   fields the user passed are recorded (slimrl.state.ConfigState): slimrl may adjust a TRL default but never a
+   value the user set.
 2. Config class: each slimrl field's default as a class attribute (config_default_patches), so a config built
    before patching, by `dataclasses.replace` or a parser reads slimrl's defaults. Config `__post_init__`: precision
    flags resolved where TRL's default cannot run (precision.py), then `use_cpu` for a multi-process launch without an
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from ... import fields
 from ...ops.chunking import validate_num_chunks
 from ...state import AUTO_CHUNKS, config_state
 from ...swaps import set_field
@@ -29,7 +31,8 @@ from . import distributed, precision
 from .config_ranges import check_ranges
 
 SLIMRL_FIELD = "a slimrl field"  # what slimrl.describe says of the fields the patched __init__ sets
-SHARED_CONFIG_FIELDS = ((budget.BUDGET_FIELD, None),)  # (name, default) of every patched config, beside the knob
+# (name, default) of every patched config's fields taken as plain keywords (the knob, with its alias, apart)
+SHARED_CONFIG_FIELDS = tuple(pair for pair in fields.every_config() if pair[0] != fields.NUM_CHUNKS)
 
 
 def num_chunks_from(slimrl_num_chunks, unsloth_num_chunks) -> int:
@@ -49,7 +52,7 @@ def config_init_maker(family: Family):
         def __init__(self, *args, slimrl_num_chunks=None, unsloth_num_chunks=None, **kwargs):
             adapt_config_kwargs(type(self), kwargs, family.renamed_fields, family.removed_fields)
             extras = {name: kwargs.pop(name, default) for name, default in keyword_fields(family)}
-            set_field(self, "slimrl_num_chunks", num_chunks_from(slimrl_num_chunks, unsloth_num_chunks), SLIMRL_FIELD)
+            set_field(self, fields.NUM_CHUNKS, num_chunks_from(slimrl_num_chunks, unsloth_num_chunks), SLIMRL_FIELD)
             for name, value in extras.items():
                 set_field(self, name, value, SLIMRL_FIELD)
             config_state(self).user_fields = frozenset(kwargs)
@@ -67,7 +70,7 @@ def keyword_fields(family: Family) -> tuple[tuple[str, Any], ...]:
 
 def config_defaults(family: Family) -> tuple[tuple[str, Any], ...]:
     """(name, default) of every slimrl field a patched config of `family` has: the one place its defaults live."""
-    return (("slimrl_num_chunks", AUTO_CHUNKS), *keyword_fields(family))
+    return ((fields.NUM_CHUNKS, fields.default(fields.NUM_CHUNKS)), *keyword_fields(family))
 
 
 def config_default_patches(family: Family, config_path: str) -> list[Patch]:

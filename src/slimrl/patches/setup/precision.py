@@ -8,6 +8,8 @@ doesn't support bf16/gpu"). slimrl resolves only the flags the user did not set:
   (a bf16 GPU, or use_cpu=True) it is kept as it is.
   trainer time (model known), auto only:   fp16 weights → fp16 on CUDA;   bf16 or fp32 weights → bf16 on CUDA with
   bf16 support, fp16 on CUDA without it;   CPU → no autocast (fp32 weights train in fp32, bf16 weights in bf16).
+  Each flag is written through slimrl.swaps.adjust_default, so only a flag the user did not set changes (the user's
+  `fp16=False` with bf16 unset on a GPU without bf16 stays False: the run trains in fp32).
 
 Flags the user did set are never changed: a contradiction with the device or the weights raises, naming the fix.
 """
@@ -19,7 +21,7 @@ import logging
 import torch
 
 from ...state import config_state
-from ...swaps import set_field
+from ...swaps import adjust_default, set_field
 
 logger = logging.getLogger("slimrl")
 
@@ -38,6 +40,7 @@ def resolve_config_precision(args) -> None:
     if user_bf16 is None and not user_fp16:
         if not cuda_bf16_supported() and not getattr(args, "use_cpu", False):
             state.auto_precision = True
+            # bf16=None is TRL's own "not chosen" (a parser passes it as a keyword too): filled, never overridden
             set_field(args, "bf16", False, "bf16 left unset where this device has no bfloat16")
         return
     if user_bf16 and user_fp16:
@@ -95,11 +98,10 @@ def resolve_trainer_precision(args, model) -> None:
         bf16, fp16 = True, False
     else:
         bf16, fp16 = False, True
-    if bool(args.bf16) != bf16 or bool(args.fp16) != fp16:
-        why = "bf16/fp16 left unset: the precision of the model's weights on this device"
-        set_field(args, "bf16", bf16, why)
-        set_field(args, "fp16", fp16, why)
-        set_field(args, "mixed_precision", "bf16" if bf16 else "fp16" if fp16 else "no", why)
+    why = "bf16/fp16 left unset: the precision of the model's weights on this device"
+    changed = [adjust_default(args, name, bool(value), why) for name, value in (("bf16", bf16), ("fp16", fp16))]
+    if any(changed):
+        set_field(args, "mixed_precision", "bf16" if args.bf16 else "fp16" if args.fp16 else "no", why)
     logger.info(
         "slimrl: precision from the model (%s weights, %s): bf16=%s, fp16=%s (set bf16/fp16 yourself to override)",
         str(dtype).replace("torch.", ""),

@@ -1,8 +1,8 @@
 """The long-context config fields of the GRPO/RLOO family, and when a step's rows can be scored in groups.
 
 The scoring itself is row_groups.py (over slimrl.ops.row_groups), the padding-free forward padding_free.py, the
-tiled MLP slimrl.models.tiled_mlp. Fields, each declared and validated once: the rows' and the tiled MLP's beside
-their op (slimrl.ops.row_groups, slimrl.models.tiled_mlp), the padding-free one here:
+tiled MLP slimrl.models.tiled_mlp. Fields, each a row of slimrl.fields (name, default), validated beside its op
+(slimrl.ops.row_groups, slimrl.models.tiled_mlp):
 - `slimrl_rows_per_group`: "auto" (default) | False | a positive int. False: TRL's one forward over the micro-batch;
   n: groups of n rows; "auto": groups of up to slimrl.ops.row_groups.AUTO_GROUP_TOKENS tokens, fewer where free
   memory says so (the rule and why: slimrl.ops.row_groups), where slimrl.models.long_context turns it on for the
@@ -23,9 +23,8 @@ several GPUs, LOMO optimizers that step inside the backward).
 
 from __future__ import annotations
 
-from ...models.tiled_mlp import TILED_MLP_DEFAULT, TILED_MLP_FIELD, validate_tiled_mlp
+from ...models.tiled_mlp import TILED_MLP_FIELD, validate_tiled_mlp
 from ...ops.row_groups import (
-    PADDING_FREE_DEFAULT,
     PADDING_FREE_FIELD,
     ROWS_DEFAULT,
     ROWS_FIELD,
@@ -35,11 +34,6 @@ from ...ops.row_groups import (
 from .shared_prefix_rules import MULTIMODAL_ARGS
 
 AUTO = "auto"
-FIELDS = (
-    (ROWS_FIELD, ROWS_DEFAULT),
-    (PADDING_FREE_FIELD, PADDING_FREE_DEFAULT),
-    (TILED_MLP_FIELD, TILED_MLP_DEFAULT),
-)  # (name, default)
 DROPOUT_REASON = "active dropout: other rows per forward would draw other dropout masks than stock"
 STEPPING_OPTIMIZERS = ("lomo", "adalomo")
 

@@ -1,9 +1,9 @@
 """Where a shared-prefix forward applies, and when "auto" uses it: the config field, the model checks, the cost rule.
 
 The forward itself is patches/scoring/shared_prefix.py (the seams) over slimrl.ops.shared_prefix (the packing). Choices:
-1. Config field `slimrl_shared_prefix`: "auto" (default) | True | False, declared by the families that use it (GRPO,
-   RLOO: online.py; DPO, ORPO, CPO: offline.py) and validated by `validate_shared_prefix` alone; the other trainers
-   refuse it as an unknown keyword, as TRL refuses any.
+1. Config field `slimrl_shared_prefix`: "auto" (default) | True | False, its row in slimrl.fields (the families that
+   declare it: GRPO, RLOO, DPO, ORPO, CPO), validated by `validate_shared_prefix` alone; the other trainers refuse
+   it as an unknown keyword, as TRL refuses any.
 2. Where it cannot apply (`model_problem`, checked per forward): multimodal inputs, a MoE aux loss (it counts every
    prompt token once per row), an attention implementation other than SDPA/eager, a model type not verified against
    the per-row forward (tests/ops/test_shared_prefix_op.py; OPT, for one, gives wrong numbers under packing), rows
@@ -17,9 +17,10 @@ The forward itself is patches/scoring/shared_prefix.py (the seams) over slimrl.o
 
 from __future__ import annotations
 
-CONFIG_FIELD = "slimrl_shared_prefix"
+from ... import fields
+
+CONFIG_FIELD = fields.SHARED_PREFIX
 AUTO = "auto"
-FIELD = (CONFIG_FIELD, AUTO)  # (name, default), as trainer_setup.Family declares config fields
 AUTO_MAX_COST_RATIO = 0.7
 AUTO_MIN_FLOPS = 1e8
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")

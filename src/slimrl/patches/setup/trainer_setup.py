@@ -31,6 +31,7 @@ import inspect
 import logging
 import warnings
 
+from ... import fields
 from ...machine import apply_thread_policy
 from ...memory import gib, measure_step
 from ...models import checkpointing
@@ -155,13 +156,13 @@ def _prepared(call: SetupCall | None, family: Family):
         for check in family.checks:
             check(call)
         reconcile_checkpointing(call.model, call.args)
-        set_chunks((call.model, call.arguments.get("ref_model")), getattr(call.args, "slimrl_num_chunks", AUTO_CHUNKS))
+        set_chunks((call.model, call.arguments.get("ref_model")), getattr(call.args, fields.NUM_CHUNKS, AUTO_CHUNKS))
         yield
 
 
 def _after_init(trainer) -> None:
     cpu_heap.apply(trainer.accelerator.device)
-    chunks = getattr(trainer.args, "slimrl_num_chunks", AUTO_CHUNKS)
+    chunks = getattr(trainer.args, fields.NUM_CHUNKS, AUTO_CHUNKS)
     set_chunks((trainer.model, getattr(trainer, "ref_model", None)), chunks, trainer.accelerator.unwrap_model)
     output_embeddings = getattr(trainer.model, "get_output_embeddings", None)
     if chunks != AUTO_CHUNKS and output_embeddings is not None and output_embeddings() is None:
@@ -280,10 +281,10 @@ def setup_patches(
     """The set-up patches of one trainer: slimrl's config defaults, config `__init__` and `__post_init__`, trainer
     `__init__`, `training_step` (trainer_params / step_params: the leading parameters TRL's methods must have), and
     `train`'s check of a checkpoint to resume from (resume_checks.py)."""
-    fields = ", ".join(["unsloth_num_chunks", *(name for name, _ in config_defaults(family))])
+    accepted = ", ".join(["unsloth_num_chunks", *(name for name, _ in config_defaults(family))])
     return [
         *config_default_patches(family, config_path),
-        Patch(config_path, "__init__", ("self", "output_dir"), config_init_maker(family), f"accept {fields}"),
+        Patch(config_path, "__init__", ("self", "output_dir"), config_init_maker(family), f"accept {accepted}"),
         Patch(
             config_path,
             "__post_init__",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 
+from ... import fields
 from ..rollouts.rewards import check_policy
 from ..scoring.lean_logps import IGNORE, completion_labels, lean_head_reason, scored_logprobs, warn_stock_path
 from ..seams import Patch
@@ -52,7 +53,7 @@ def check_lengths(call: SetupCall) -> None:
 
 
 A2PO = Family(
-    config_fields=(("slimrl_reward_errors", "raise"),),
+    config_fields=fields.declared_by(("a2po",)),
     check_config=check_config,
     adapters=(wrap_reward_functions,),
     checks=(dataset_check("a2po"), check_lengths),

@@ -24,6 +24,7 @@ import dataclasses
 import logging
 import warnings
 
+from ... import families, fields
 from ...models.checkpointing import TRL_OFFLOADS, apply_checkpointing, checkpointing_mode, resolve_checkpointing
 from ...swaps import adjust_default
 from ..compat import OFFLINE_REMOVED, OFFLINE_RENAMED, PAIRED_REMOVED
@@ -103,7 +104,7 @@ def check_prompt_limit(call: SetupCall) -> None:
 # also keep max_prompt_length's TRL 0.2x meaning (prompt_limit.py)
 SHARED_PREFIX_OFFLINE = dataclasses.replace(
     OFFLINE,
-    config_fields=(shared_prefix_rules.FIELD, prompt_limit.FIELD),
+    config_fields=(*fields.declared_by(families.PAIRED), prompt_limit.FIELD),
     removed_fields=PAIRED_REMOVED,
     check_config=check_paired_config,
     checks=(*OFFLINE.checks, check_prompt_limit),

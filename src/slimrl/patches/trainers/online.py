@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from ... import families, fields
 from ..compat import ONLINE_REMOVED, ONLINE_RENAMED
 from ..rollouts.multiturn import in_tool_turns
 from ..rollouts.rewards import check_policy, checked_rewards
@@ -80,14 +81,7 @@ def wrap_reward_functions(call: SetupCall) -> None:
 
 
 ONLINE = Family(
-    config_fields=(
-        ("vllm_sampling_params", None),
-        ("vllm_server_sync", "auto"),
-        ("slimrl_reward_errors", "raise"),
-        shared_prefix_rules.FIELD,
-        prompt_limit.FIELD,
-        *row_groups_rules.FIELDS,
-    ),
+    config_fields=(*fields.declared_by(families.ONLINE), prompt_limit.FIELD),
     renamed_fields=ONLINE_RENAMED,
     removed_fields=ONLINE_REMOVED,
     check_config=check_config,

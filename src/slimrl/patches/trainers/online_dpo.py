@@ -29,6 +29,7 @@ import functools
 
 import torch
 
+from ... import fields
 from ..rollouts.judges import PairwiseJudgeReward, take_judge
 from ..rollouts.rewards import check_policy, checked_rewards
 from ..scoring.lean_logps import completion_labels, lean_head_reason, scored_logprobs, warn_stock_path
@@ -101,7 +102,7 @@ def check_generation_lengths(call: SetupCall) -> None:
 
 
 ONLINE_DPO = Family(
-    config_fields=(("slimrl_reward_errors", "raise"),),
+    config_fields=fields.declared_by(("online_dpo",)),
     check_config=check_config,
     adapters=(wrap_rewards,),
     checks=(dataset_check("online_dpo"), refuse_unsupported, check_max_length, check_generation_lengths),
