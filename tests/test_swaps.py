@@ -223,15 +223,16 @@ def _model():
 
 def test_scoring_layers_go_on_in_order_once_and_come_off():
     a, b, plain = _model(), _model(), type("Plain", (), {"forward": lambda self: ["class"]})()
-    with swaps.scoring_layer([a, b, a, None, plain], "forward", swaps.PADDING_FREE, _layer("pf")) as first:
+    with swaps.scoring_layer([a, b, a, None, plain], "forward", swaps.PADDING_FREE_LAYER, _layer("pf")) as first:
         assert first == [a, b]  # each object once; `plain` has no forward of its own (own=True): left alone
-        with swaps.scoring_layer([a], "forward", swaps.PADDING_FREE, _layer("again")) as nested:
+        with swaps.scoring_layer([a], "forward", swaps.PADDING_FREE_LAYER, _layer("again")) as nested:
             assert nested == [] and a.forward() == ["pf", "head"]  # a nested seam leaves the outer one's layer
-        with swaps.scoring_layer([a], "forward", swaps.SHARED_PREFIX, _layer("sp")):
+        with swaps.scoring_layer([a], "forward", swaps.SHARED_PREFIX_LAYER, _layer("sp")):
             assert a.forward() == ["sp", "pf", "head"] and b.forward() == ["pf", "head"]
-            with swaps.scoring_layer([a], "forward", swaps.PADDING_FREE, _layer("pf2")) as under:
+            with swaps.scoring_layer([a], "forward", swaps.PADDING_FREE_LAYER, _layer("pf2")) as under:
                 assert under == [] and a.forward() == ["sp", "pf", "head"]  # never under a layer after it
-        assert swaps.wears(a, "forward", swaps.PADDING_FREE) and not swaps.wears(a, "forward", swaps.SHARED_PREFIX)
+        assert swaps.wears(a, "forward", swaps.PADDING_FREE_LAYER)
+        assert not swaps.wears(a, "forward", swaps.SHARED_PREFIX_LAYER)
     assert a.forward() == ["head"] and b.forward() == ["head"] and plain.forward() == ["class"]
     assert swaps.swapped(a) == {"forward": "the fused head"}
 
@@ -240,20 +241,21 @@ def test_a_scoring_layer_comes_off_on_an_error_and_make_can_decline():
     a, b = _model(), _model()
     with pytest.raises(RuntimeError):
         with swaps.scoring_layer(
-            [a, b], "forward", swaps.SHARED_PREFIX, lambda obj, inner: None if obj is b else inner
+            [a, b], "forward", swaps.SHARED_PREFIX_LAYER, lambda obj, inner: None if obj is b else inner
         ):
-            assert swaps.wears(a, "forward", swaps.SHARED_PREFIX) and not swaps.wears(b, "forward", swaps.SHARED_PREFIX)
+            assert swaps.wears(a, "forward", swaps.SHARED_PREFIX_LAYER)
+            assert not swaps.wears(b, "forward", swaps.SHARED_PREFIX_LAYER)
             raise RuntimeError
-    assert not swaps.wears(a, "forward", swaps.SHARED_PREFIX) and a.forward() == ["head"]
+    assert not swaps.wears(a, "forward", swaps.SHARED_PREFIX_LAYER) and a.forward() == ["head"]
 
 
 def test_records_that_no_longer_describe_the_attribute_are_not_worn():
     model = _model()
-    swaps.swap(model, "forward", lambda: ["pf"], swaps.PADDING_FREE)
-    assert swaps.wears(model, "forward", swaps.PADDING_FREE)
+    swaps.swap(model, "forward", lambda: ["pf"], swaps.PADDING_FREE_LAYER)
+    assert swaps.wears(model, "forward", swaps.PADDING_FREE_LAYER)
     vars(model)["forward"] = lambda: ["set again"]  # someone else set it (the negative control)
-    assert not swaps.wears(model, "forward", swaps.PADDING_FREE)
-    with swaps.scoring_layer([model], "forward", swaps.PADDING_FREE, _layer("pf")) as installed:
+    assert not swaps.wears(model, "forward", swaps.PADDING_FREE_LAYER)
+    with swaps.scoring_layer([model], "forward", swaps.PADDING_FREE_LAYER, _layer("pf")) as installed:
         assert installed == [model] and model.forward() == ["pf", "set again"]
 
 

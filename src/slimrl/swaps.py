@@ -153,10 +153,10 @@ def wears(obj, name: str, why: str) -> bool:
 # The layers a patched trainer puts over its models while a log-prob call runs, innermost first (each is the why its
 # swap records). Each goes on at most once per object, and never over a layer after it here: a nested seam finds the
 # layer its outer seam installed and leaves it.
-PADDING_FREE = "padding-free forward (row groups)"
-SHARED_PREFIX = "prompts forwarded once (shared prefix)"
-SHARED_IMAGES = "each distinct image encoded once (shared images)"
-SCORING_LAYERS = (PADDING_FREE, SHARED_PREFIX, SHARED_IMAGES)
+PADDING_FREE_LAYER = "padding-free forward (row groups)"
+SHARED_PREFIX_LAYER = "prompts forwarded once (shared prefix)"
+SHARED_IMAGES_LAYER = "each distinct image encoded once (shared images)"
+SCORING_LAYERS = (PADDING_FREE_LAYER, SHARED_PREFIX_LAYER, SHARED_IMAGES_LAYER)
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ...state import trainer_state, transformers_model
-from ...swaps import PADDING_FREE, scoring_layer
+from ...swaps import PADDING_FREE_LAYER, scoring_layer
 from ..setup.row_groups_rules import AUTO
 from ..setup.shared_prefix_rules import has_active_dropout
 
@@ -126,4 +126,4 @@ def padding_free_forwards(trainer, setting=AUTO):
             return None  # the kept tokens could not keep their positions
         return _padding_free_forward(trainer, inner)
 
-    return scoring_layer(bases, "forward", PADDING_FREE, make)
+    return scoring_layer(bases, "forward", PADDING_FREE_LAYER, make)

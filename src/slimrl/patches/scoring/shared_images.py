@@ -19,7 +19,7 @@ import functools
 import inspect
 
 from ...ops.image_features import encode_distinct
-from ...swaps import SHARED_IMAGES, scoring_layer
+from ...swaps import SHARED_IMAGES_LAYER, scoring_layer
 from ..setup.shared_prefix_rules import AUTO, has_active_dropout
 
 VERIFIED_MODEL_TYPES = frozenset({"gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
@@ -82,4 +82,4 @@ def distinct_images(bases, setting, record, note):
             return None
         return _distinct_encoder(owner, original, record)
 
-    return scoring_layer([owner for owner, _ in served.values()], METHOD, SHARED_IMAGES, make, own=False)
+    return scoring_layer([owner for owner, _ in served.values()], METHOD, SHARED_IMAGES_LAYER, make, own=False)

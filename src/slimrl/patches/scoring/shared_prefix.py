@@ -35,7 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ...state import trainer_state, transformers_model
-from ...swaps import SHARED_PREFIX, scoring_layer
+from ...swaps import SHARED_PREFIX_LAYER, scoring_layer
 from ..seams import Patch
 from ..setup.shared_prefix_rules import AUTO, CONFIG_FIELD, auto_refusal, model_problem, too_small
 from .shared_images import distinct_images
@@ -225,7 +225,7 @@ def sharing_forwards(trainer):
     def make(base, inner):
         return _sharing_forward(trainer, base, inner, setting)
 
-    with scoring_layer(_trainer_bases(trainer), "forward", SHARED_PREFIX, make), image_sharing(trainer):
+    with scoring_layer(_trainer_bases(trainer), "forward", SHARED_PREFIX_LAYER, make), image_sharing(trainer):
         yield
 
 
