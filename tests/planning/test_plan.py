@@ -252,3 +252,46 @@ def test_checkpointing_spellings_follow_the_one_alias_rule(given, mode):
 def test_checkpointing_value_outside_the_rule_is_refused():
     with pytest.raises(ValueError, match="use_gradient_checkpointing must be"):
         run_shape("grpo", {}, use_gradient_checkpointing="sometimes")
+
+
+@pytest.mark.parametrize(
+    "algorithm, config, asked, mode, row",
+    [
+        ("dpo", {"activation_offloading": True}, "offload", True, "TRL_OFFLOADS"),  # TRL's offload; recompute only
+        ("dpo", {}, "offload", "offload", "MARKED"),
+        (
+            "grpo",
+            {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"offload": True}},
+            None,
+            "offload",
+            "CONFIG_OFFLOAD",
+        ),
+        (
+            "dpo",
+            {"gradient_checkpointing": True, "activation_checkpointing_kwargs": {"offload": True}},
+            None,
+            "offload",
+            "CONFIG_OFFLOAD",
+        ),
+        (
+            "grpo",
+            {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"offload": True}},
+            False,
+            False,
+            "MARKED",
+        ),
+        ("grpo", {"gradient_checkpointing": True}, None, True, "CONFIG_FLAG"),
+    ],
+)
+def test_the_plan_resolves_checkpointing_by_every_row_the_trainer_uses(algorithm, config, asked, mode, row):
+    """run_shape gives resolve_checkpointing what the trainer's set-up will: get_peft_model's mode as the model's
+    mark, TRL's activation_offloading (offline configs), the config's flag and its keywords' offload."""
+    from slimrl.models import checkpointing
+
+    inputs = dict(
+        mark=None if asked is None else checkpointing.normalize_mode(asked), **checkpointing.config_inputs(config)
+    )
+    assert checkpointing.resolve_checkpointing(
+        trl_offloading=bool(config.get("activation_offloading")), **inputs
+    ).row == getattr(checkpointing, row)
+    assert run_shape(algorithm, config, use_gradient_checkpointing=asked).checkpointing == mode

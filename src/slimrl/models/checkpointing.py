@@ -9,9 +9,11 @@ Modes, recorded on the transformers model (slimrl.state.ModelState.checkpointing
 
 Choices:
 1. Which mode a run gets is decided in one place, `resolve_checkpointing`, from every input that bears on it: the
-   mode asked for (get_peft_model's `use_gradient_checkpointing`, the CLI's, `slimrl.plan`'s), the model's mark (the
-   mode slimrl recorded on it), the TRL config's `gradient_checkpointing` flag and its keywords' `offload`, TRL's
-   `activation_offloading`, and the device. Its precedence is the table `ROWS`, first matching row wins:
+   mode asked for (get_peft_model's `use_gradient_checkpointing`, the CLI's), the model's mark (the mode slimrl
+   recorded on it), the TRL config's `gradient_checkpointing` flag and its keywords' `offload` (`config_inputs`),
+   TRL's `activation_offloading`, and the device. The planner gives it what the trainer will see: the plan's
+   `use_gradient_checkpointing` as the model's mark (get_peft_model records it), so rows 2 and 4 apply to a plan as
+   to a run. Its precedence is the table `ROWS`, first matching row wins:
    1. a mode asked for: that mode;
    2. the model marked "offload" and TRL's `activation_offloading=True`: True (TRL's hook, the outer one, already
       moves the checkpointed layer inputs; two offloads would fight over them);
@@ -130,6 +132,28 @@ class Checkpointing:
     mode: bool | str
     row: int
     moves: bool
+
+
+CHECKPOINT_KWARGS = ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs")  # transformers 5, TRL 1.16
+
+
+def checkpoint_kwargs_of(values: dict) -> dict:
+    """A config's checkpointing keywords (its fields as a dict: `vars(args)` or a plan's), under transformers' new
+    name or TRL 1.16's, the first one given."""
+    for name in CHECKPOINT_KWARGS:
+        kwargs = values.get(name)
+        if kwargs:
+            return dict(kwargs)
+    return {}
+
+
+def config_inputs(values: dict) -> dict:
+    """What a TRL config gives `resolve_checkpointing` at trainer set-up (its fields as a dict): the flag and its
+    keywords' `offload` (TRL's activation_offloading, row 2, is the offline families' own check)."""
+    return dict(
+        flag=values.get("gradient_checkpointing", False),
+        kwargs_offload=bool(checkpoint_kwargs_of(values).get("offload")),
+    )
 
 
 def resolve_checkpointing(**inputs) -> Checkpointing:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from .. import fields
 from ..families import NO_REFERENCE, ONLINE
-from ..models.checkpointing import resolve_checkpointing
+from ..models.checkpointing import config_inputs, normalize_mode, resolve_checkpointing
 from . import levers
 
 CONFIG_CLASSES = {
@@ -141,7 +141,11 @@ def run_shape(
     f = _fields(algorithm, config, overrides)
     weight_bytes = dtype_bytes(dtype or ("bfloat16" if device == "cuda" else "float32"))
     autocast = (f.get("bf16") or f.get("fp16")) and weight_bytes == 4
-    checkpointing = resolve_checkpointing(asked=use_gradient_checkpointing, flag=f.get("gradient_checkpointing"))
+    checkpointing = resolve_checkpointing(  # as the trainer will: get_peft_model's mode is the model's mark
+        mark=None if use_gradient_checkpointing is None else normalize_mode(use_gradient_checkpointing),
+        trl_offloading=bool(f.get("activation_offloading")),  # offline configs only have it
+        **config_inputs(f),
+    )
     prompt, completion = _lengths(algorithm, f, prompt_length, max_seq_length)
     batch, accum = int(f["per_device_train_batch_size"]), int(f.get("gradient_accumulation_steps") or 1)
     beta = float(f.get("beta") or 0.0)

@@ -79,21 +79,11 @@ def reconcile_checkpointing(model, args) -> None:
         set_field(args, "activation_checkpointing", bool(mode), why)
 
 
-def checkpoint_kwargs_of(args) -> dict:
-    """The config's checkpointing keywords, under transformers' new name or TRL 1.16's."""
-    for name in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
-        kwargs = args.__dict__.get(name)
-        if kwargs:
-            return dict(kwargs)
-    return {}
-
-
 def config_checkpointing(args, model=None):
     """The mode (slimrl.models.checkpointing.ROWS) of the model's mark, the config's flag and its keywords' `offload`
     (transformers' own activation offload)."""
-    flag, offload = getattr(args, "gradient_checkpointing", False), checkpoint_kwargs_of(args).get("offload")
     mark = None if model is None else checkpointing.checkpointing_mode(model)
-    return checkpointing.resolve_checkpointing(mark=mark, flag=flag, kwargs_offload=bool(offload))
+    return checkpointing.resolve_checkpointing(mark=mark, **checkpointing.config_inputs(vars(args)))
 
 
 def set_chunks(models, num_chunks: int, unwrap=lambda m: m) -> None:
@@ -180,7 +170,7 @@ def _after_init(trainer) -> None:
             "without it around their no-grad passes, which would keep every layer input on the device; slimrl keeps "
             "them offloaded (its own offload, the mode use_gradient_checkpointing='offload' gives)."
         )
-        kwargs = checkpoint_kwargs_of(trainer.args)
+        kwargs = checkpointing.checkpoint_kwargs_of(vars(trainer.args))
         checkpointing.apply_checkpointing(trainer.model, decided.mode, kwargs, kwargs.get("every_n_layers", 1))
     check_trainer_offload(trainer)  # host memory for the offloaded layer inputs, before the first step
 
