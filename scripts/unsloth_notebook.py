@@ -1,9 +1,9 @@
 """Rewrite an Unsloth notebook (python_scripts/*.py or .ipynb) to run on slimrl.
 
 Usage: python scripts/unsloth_notebook.py NOTEBOOK.py|.ipynb --out OUT.py [--steps 2] [--model smollm2-135m]
-       [--device cpu] [--vllm]
+       [--device cpu] [--vllm] [--datasets DIR] [--max-seq-length N]
 Each change is listed in the output's header comment. A notebook slimrl cannot run is reported with the reason
-and exit status 2.
+and exit status 2; so is a `load_dataset("<hub id>", ...)` with no stand-in in --datasets DIR.
 """
 
 from __future__ import annotations
@@ -23,6 +23,14 @@ REFUSALS = (
     (r"[Dd]iffusion|dLLM|LLaDA", "diffusion language models are not supported"),
 )
 _MODULES = (("unsloth_zoo", "slimrl"), ("unsloth", "slimrl"))
+# load_dataset("<id>"[, "<config>"]: the Hub id, then the rest of the call up to its closing parenthesis
+_LOAD = re.compile(r"""load_dataset\(\s*(['"])([^'"]+)\1(?:\s*,\s*(['"])[^'"]*\3)?([^()]*)\)""")
+_SPLIT = re.compile(r"""split\s*=\s*['"]([\w-]+)['"]""")
+_BUILDERS = {"json", "csv", "parquet", "text", "arrow", "webdataset", "imagefolder", "audiofolder"}
+
+
+class MissingStandIn(ValueError):
+    """A load_dataset call whose Hub id has no stand-in file in the --datasets folder."""
 
 
 def _source(path: Path) -> str:
@@ -48,6 +56,46 @@ def _sub(text: str, pattern: str, repl, note: str, changes: list[str], flags: in
     return new
 
 
+def stand_in(directory: Path, hub_id: str) -> Path:
+    """The local stand-in of a Hub dataset: DIR/<id, "/" replaced by "__">.jsonl."""
+    return directory / (hub_id.replace("/", "__") + ".jsonl")
+
+
+def redirect_datasets(text: str, directory: Path, changes: list[str]) -> str:
+    """Each load_dataset("<hub id>"[, "<config>"], ...) loads DIR's stand-in through the json builder instead: its
+    rows under the split the call names ("train" if none), the config dropped, the other arguments kept. Raises
+    MissingStandIn naming the first id without a file; a call whose id is not a literal is left alone."""
+    directory = directory.resolve()
+
+    def repl(m: re.Match) -> str:
+        hub_id, rest = m.group(2), m.group(4)
+        if hub_id in _BUILDERS or hub_id.startswith((".", "/")):
+            return m.group(0)
+        path = stand_in(directory, hub_id)
+        if not path.is_file():
+            raise MissingStandIn(f'no stand-in for load_dataset("{hub_id}"): expected {path}')
+        split = _SPLIT.search(rest)
+        changes.append(f'dataset "{hub_id}" -> {path.name} (local stand-in)')
+        return f'load_dataset("json", data_files = {{"{split.group(1) if split else "train"}": "{path}"}}{rest})'
+
+    return _LOAD.sub(repl, text)
+
+
+def cap_seq_length(text: str, cap: int, changes: list[str]) -> str:
+    """Each literal `max_seq_length = N` above cap becomes cap (a model swap: the embedded model trains and generates
+    on a CPU, where the notebooks' 1024-4096 tokens of completions take minutes a step)."""
+
+    capped = []
+
+    def repl(m: re.Match) -> str:
+        capped.extend([m.group(2)] if int(m.group(2)) > cap else [])
+        return m.group(1) + str(min(int(m.group(2)), cap))
+
+    text = re.sub(r"^(\s*max_seq_length\s*=\s*)(\d+)", repl, text, flags=re.M)
+    changes.extend([f"max_seq_length capped at {cap} ({len(capped)}x)"] if capped else [])
+    return text
+
+
 def transform(text: str, steps: int = 2, model: str = "smollm2-135m", device: str = "cpu", vllm: bool = False):
     """(rewritten text, list of changes)."""
     changes: list[str] = []
@@ -70,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--device", default="cpu")
     p.add_argument("--vllm", action="store_true")
+    p.add_argument("--datasets", type=Path, help="folder of stand-ins: <hub id with / as __>.jsonl")
+    p.add_argument("--max-seq-length", type=int, help="cap on each literal max_seq_length")
     a = p.parse_args(argv)
     text = _source(a.notebook)
     reason = refusal(text)
@@ -77,6 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{a.notebook}: cannot run on slimrl: {reason}", file=sys.stderr)
         return 2
     out, changes = transform(text, a.steps, a.model, a.device, a.vllm)
+    if a.max_seq_length:
+        out = cap_seq_length(out, a.max_seq_length, changes)
+    try:
+        out = redirect_datasets(out, a.datasets, changes) if a.datasets else out
+    except MissingStandIn as e:
+        print(f"{a.notebook}: {e}", file=sys.stderr)
+        return 2
     header = "".join(f"# - {c}\n" for c in changes)
     a.out.write_text(f"# Rewritten from {a.notebook.name} by scripts/unsloth_notebook.py:\n{header}\n{out}")
     print("\n".join(changes))

@@ -1,4 +1,4 @@
-"""scripts/unsloth_notebook.py: every rewrite, the refusals, and a negative control."""
+"""scripts/unsloth_notebook.py: every rewrite, the dataset stand-ins, the refusals, and negative controls."""
 
 import importlib.util
 import json
@@ -74,3 +74,56 @@ def test_negative_control_untouched():
     assert nb.refusal(SAMPLE) is None
     assert nb.refusal("m = load(load_in_fp8 = False)\n") is None
     assert nb.refusal("# News: gpt-oss and FP8 RL are here\n!pip install openenv\n" + SAMPLE) is None
+
+
+DATA = """from datasets import load_dataset
+a = load_dataset("openai/gsm8k", "main", split = "train")
+b = load_dataset('org/pairs')["train"]
+c = load_dataset("json", data_files = "mine.jsonl")
+d = load_dataset(name, split = split)
+max_seq_length = 4096
+max_seq_length = 256
+"""
+
+
+def _stand_ins(tmp_path) -> Path:
+    folder = tmp_path / "datasets"
+    folder.mkdir()
+    for name in ("openai__gsm8k", "org__pairs"):
+        (folder / f"{name}.jsonl").write_text('{"question": "1 + 1?", "answer": "#### 2"}\n')
+    return folder
+
+
+def test_datasets_served_from_stand_ins_and_seq_length_capped(tmp_path):
+    src, out, folder = tmp_path / "n.py", tmp_path / "o.py", _stand_ins(tmp_path)
+    src.write_text(DATA)
+    assert nb.main([str(src), "--out", str(out), "--datasets", str(folder), "--max-seq-length", "384"]) == 0
+    text = out.read_text()
+    gsm8k, pairs = folder.resolve() / "openai__gsm8k.jsonl", folder.resolve() / "org__pairs.jsonl"
+    assert f'a = load_dataset("json", data_files = {{"train": "{gsm8k}"}}, split = "train")' in text  # config dropped
+    assert f'b = load_dataset("json", data_files = {{"train": "{pairs}"}})["train"]' in text
+    assert 'c = load_dataset("json", data_files = "mine.jsonl")' in text  # a builder, not a Hub id
+    assert "d = load_dataset(name, split = split)" in text  # not a literal id: left alone
+    assert "max_seq_length = 384\nmax_seq_length = 256\n" in text  # capped, never raised
+    assert '# - dataset "openai/gsm8k" -> openai__gsm8k.jsonl (local stand-in)' in text
+    assert "# - max_seq_length capped at 384 (1x)" in text
+    from datasets import load_dataset  # the rewritten calls load, with the stand-in's columns
+
+    row = eval(text.split("a = ", 1)[1].splitlines()[0], {"load_dataset": load_dataset})[0]
+    assert row == {"question": "1 + 1?", "answer": "#### 2"}
+
+
+def test_a_dataset_without_stand_in_is_refused(tmp_path, capsys):
+    src, out, folder = tmp_path / "n.py", tmp_path / "o.py", _stand_ins(tmp_path)
+    src.write_text(DATA + 'e = load_dataset("org/unknown", split = "test")\n')
+    assert nb.main([str(src), "--out", str(out), "--datasets", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert 'no stand-in for load_dataset("org/unknown")' in err and "org__unknown.jsonl" in err
+    assert not out.exists()
+
+
+def test_without_the_options_datasets_and_lengths_are_untouched(tmp_path):  # the negative control
+    src, out = tmp_path / "n.py", tmp_path / "o.py"
+    src.write_text(DATA)
+    assert nb.main([str(src), "--out", str(out)]) == 0
+    assert out.read_text().endswith("\n\n" + DATA)
