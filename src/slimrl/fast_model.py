@@ -11,8 +11,13 @@ The calls go one way, down into models/: nothing there calls this module or Fast
 
 from __future__ import annotations
 
+import inspect
+
 from .fast_language_model import FastLanguageModel
 from .models import vision
+
+# FastLanguageModel.get_peft_model owns the LoRA arguments' defaults; FastModel's signature (Unsloth's order) reads them
+_LORA_DEFAULTS = {n: p.default for n, p in inspect.signature(FastLanguageModel.get_peft_model).parameters.items()}
 
 
 class FastModel(FastLanguageModel):
@@ -37,17 +42,17 @@ class FastModel(FastLanguageModel):
     def get_peft_model(
         cls,
         model,
-        r: int = 16,
-        target_modules=None,
-        lora_alpha: int = 16,
-        lora_dropout: float = 0.0,
-        bias: str = "none",
+        r: int = _LORA_DEFAULTS["r"],
+        target_modules=_LORA_DEFAULTS["target_modules"],
+        lora_alpha: int = _LORA_DEFAULTS["lora_alpha"],
+        lora_dropout: float = _LORA_DEFAULTS["lora_dropout"],
+        bias: str = _LORA_DEFAULTS["bias"],
         finetune_vision_layers: bool | None = None,
         finetune_language_layers: bool = True,
         finetune_attention_modules: bool = True,
         finetune_mlp_modules: bool = True,
-        use_gradient_checkpointing=True,
-        random_state: int = 3407,
+        use_gradient_checkpointing=_LORA_DEFAULTS["use_gradient_checkpointing"],
+        random_state: int = _LORA_DEFAULTS["random_state"],
         finetune_audio_layers: bool | None = None,
         **peft_kwargs,
     ):
