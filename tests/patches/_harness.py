@@ -118,3 +118,28 @@ def assert_traces_match(traces: Sides, extra_patched_metrics=("peak_memory_gb",)
     assert_inputs_match(traces)
     assert_steps_match(traces)
     assert_metrics_match(traces, extra_patched_metrics)
+
+
+def largest_allocation(run) -> int:
+    """Elements of the largest storage any op allocates (forward and backward) while `run()` runs. Views and in-place
+    / `out=` results share an input's storage and are not allocations: skipped."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    def storages(tree):
+        return {t.untyped_storage().data_ptr() for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)}
+
+    class Largest(TorchDispatchMode):
+        largest = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = storages((args, kwargs))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                    self.largest = max(self.largest, t.untyped_storage().nbytes() // t.element_size())
+            return out
+
+    with Largest() as mode:
+        run()
+    return mode.largest
