@@ -15,7 +15,9 @@ from _parity import (
     Trace,
     assert_inputs_match,
     assert_metrics_match,
+    assert_step_gradients_match,
     assert_steps_match,
+    check_sides,
     finish_side,
     sgd_step,
     side_state,
@@ -118,6 +120,22 @@ def assert_traces_match(traces: Sides, extra_patched_metrics=("peak_memory_gb",)
     assert_inputs_match(traces)
     assert_steps_match(traces)
     assert_metrics_match(traces, extra_patched_metrics)
+
+
+def assert_trained_sides_match(trainers: Sides, keys, steps: int = 2) -> None:
+    """Sides trained by TRL's own `train()` for `steps` optimizer steps, each trainer's `step_gradients` recorded
+    (_parity's record_step_gradients): the same gradients at every step, every key in `keys` logged `steps` times and
+    the same on every side, `peak_memory_gb` logged by the patched side only, the same final trainable parameters."""
+    assert_step_gradients_match(Sides(*(t.step_gradients for t in trainers)))
+    for key in keys:
+        logged = Sides(*(T.logged(t, key) for t in trainers))
+        assert all(len(values) == steps for values in logged), key
+        check_sides(f"logged {key}", logged)
+    assert T.logged(trainers.patched, "peak_memory_gb") and not T.logged(trainers.stock, "peak_memory_gb")
+    params = Sides(*(trainable(t.model) for t in trainers))
+    assert all(p.keys() == params.stock.keys() for p in params)
+    for name in params.stock:
+        check_sides(f"final {name}", Sides(*(p[name].detach() for p in params)))
 
 
 def largest_allocation(run) -> int:
