@@ -34,6 +34,14 @@ def build_each_side(algorithm: str, build_side) -> Sides:
     return Sides(**trainers)
 
 
+def tiny_sides(build_sides, algorithm: str, config: dict, output_dir, lora: bool, num_chunks, factory=None, **kwargs):
+    """A parity harness's `build_sides` on `factory`'s models (default: the tiny model, seed 0), with the tiny LoRA
+    config where `lora` (else full fine-tuning) and `num_chunks` for the patched side; `kwargs` as that harness
+    takes them."""
+    factory, peft_config = factory or (lambda: T.tiny_model(0)), T.lora_config() if lora else None
+    return build_sides(algorithm, factory, config, str(output_dir), peft_config, num_chunks=num_chunks, **kwargs)
+
+
 def side_config(side: str, config_kwargs: dict, num_chunks=None, patched_config=None) -> dict:
     """The config of one side: the case's kwargs, plus slimrl's own fields on the patched side only."""
     if side != "patched":

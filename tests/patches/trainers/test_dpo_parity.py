@@ -43,14 +43,7 @@ def _factory(lora, saved_model):
 def test_dpo_matches_stock(case, tmp_path, saved_model, unpatched):
     config, lora, chunks = CASES[case]
     LeanLogProbFunction.last_forward_chunks = None
-    trainers = H.build_sides(
-        ALGO,
-        _factory(lora, saved_model),
-        config,
-        str(tmp_path),
-        peft_config=T.lora_config() if lora else None,
-        num_chunks=chunks,
-    )
+    trainers = HS.tiny_sides(H.build_sides, ALGO, config, tmp_path, lora, chunks, _factory(lora, saved_model))
     stock, patched = trainers.stock, trainers.patched
     precompute = config.get("precompute_ref_log_probs", False)
     if precompute:

@@ -57,15 +57,7 @@ CASES = {
 
 
 def _run(tmp_path, lora, chunks, config, trainer_kwargs):
-    trainers = O.build_sides(
-        ALGO,
-        lambda: T.tiny_model(0),
-        config,
-        str(tmp_path),
-        peft_config=T.lora_config() if lora else None,
-        num_chunks=chunks,
-        trainer_kwargs=trainer_kwargs,
-    )
+    trainers = HS.tiny_sides(O.build_sides, ALGO, config, tmp_path, lora, chunks, trainer_kwargs=trainer_kwargs)
     return trainers, O.run_sides(ALGO, trainers)
 
 
