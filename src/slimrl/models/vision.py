@@ -135,16 +135,7 @@ def _load_processor(path: str, config, kwargs: dict):
 def _load(path: str, config, dtype, load_in_4bit: bool, device_type: str, hf_kwargs: dict, allow_unsafe: bool):
     from transformers import AutoModelForImageTextToText
 
-    kwargs = dict(hf_kwargs)
-    if not allow_unsafe:
-        kwargs.setdefault("use_safetensors", True)
-    kwargs.setdefault("dtype", dtype)
-    if device_type == "cuda" and "device_map" not in kwargs and (device_map := loading.process_device_map()):
-        kwargs["device_map"] = device_map
-    if load_in_4bit:
-        kwargs["quantization_config"] = quantization.bnb_4bit_config(dtype)
-        if device_type != "cuda":
-            kwargs.setdefault("device_map", "cpu")
+    kwargs = loading.weights_kwargs(hf_kwargs, dtype, load_in_4bit, device_type, safetensors_only=not allow_unsafe)
     processor = _load_processor(path, config, {k: kwargs[k] for k in loading.TOKENIZER_KWARGS if k in kwargs})
     model = AutoModelForImageTextToText.from_pretrained(path, config=config, **kwargs)
     return model, processor
@@ -160,12 +151,7 @@ def load_image_text_model(
     _refuse_unsupported_options(name, config, kwargs.pop("fast_inference", False))
     for key in ("gpu_memory_utilization", "max_lora_rank", "vllm_weight_sync", "vllm_engine_kwargs"):
         kwargs.pop(key, None)  # engine options: meaningful only with fast_inference
-    dtype = loading.take_torch_dtype(dtype, kwargs)
-    hf_kwargs, options = loading.split_kwargs(kwargs)
-    if options.get("full_finetuning") and load_in_4bit:
-        raise ValueError("full_finetuning=True and load_in_4bit=True: a 4-bit base cannot be fully fine-tuned.")
-    device_type = loading.target_device_type(hf_kwargs)
-    chosen, reason = loading.choose_dtype(dtype, device_type)
+    hf_kwargs, options, device_type, chosen, reason = loading.load_choices(dtype, load_in_4bit, kwargs)
     logger.info("slimrl: loading image-text model %s in %s (%s)", name, str(chosen).removeprefix("torch."), reason)
     loading.check_local_source(name)
     model, processor = _load(
