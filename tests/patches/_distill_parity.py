@@ -23,11 +23,13 @@ Choices, and why:
 from __future__ import annotations
 
 import copy
+import inspect
 import random
 from contextlib import contextmanager
 
 import torch
 
+from slimrl.patches.trainers.distillation import compact_divergence_loss, trl_reduction
 from slimrl.testing import tiny_llama
 
 import _tiny as T
@@ -110,51 +112,30 @@ def make_config(algorithm: str, output_dir: str, **overrides):
     return config_cls(**kw)
 
 
-def naive_divergence_loss(
-    student_hidden_states,
-    teacher_hidden_states,
-    student_lm_head_weight,
-    teacher_lm_head_weight,
-    completion_mask,
-    beta,
-    num_items_in_batch=None,
-    student_lm_head_bias=None,
-    teacher_lm_head_bias=None,
-    student_logit_scale=1.0,
-    teacher_logit_scale=1.0,
-    student_final_logit_softcapping=None,
-    teacher_final_logit_softcapping=None,
-    temperature=1.0,
-):
-    """DistillationTrainer's `_chunked_divergence_loss` contract on full logits in the weights' dtype (float64)."""
+LOSS_CONTRACT = inspect.signature(compact_divergence_loss)  # TRL's `_chunked_divergence_loss`, as slimrl takes it
+
+
+def naive_divergence_loss(*args, **kwargs):
+    """DistillationTrainer's `_chunked_divergence_loss` contract (slimrl's compact_divergence_loss: its arguments,
+    TRL's reduction) on full logits in the weights' dtype (float64)."""
     from trl.experimental.gkd import GKDTrainer
 
-    def logits(hidden, weight, bias, scale, softcap):
-        z = torch.nn.functional.linear(hidden.reshape(-1, hidden.shape[-1])[valid], weight, bias) * scale
+    bound = LOSS_CONTRACT.bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    valid = a["completion_mask"].reshape(-1) != 0
+
+    def logits(side: str):
+        hidden, bias = a[f"{side}_hidden_states"], a[f"{side}_lm_head_bias"]
+        z = torch.nn.functional.linear(hidden.reshape(-1, hidden.shape[-1])[valid], a[f"{side}_lm_head_weight"], bias)
+        z, softcap = z * a[f"{side}_logit_scale"], a[f"{side}_final_logit_softcapping"]
         return z if softcap is None else softcap * torch.tanh(z / softcap)
 
-    valid = completion_mask.reshape(-1) != 0
-    zs = logits(
-        student_hidden_states,
-        student_lm_head_weight,
-        student_lm_head_bias,
-        student_logit_scale,
-        student_final_logit_softcapping,
-    )
-    zt = logits(
-        teacher_hidden_states,
-        teacher_lm_head_weight,
-        teacher_lm_head_bias,
-        teacher_logit_scale,
-        teacher_final_logit_softcapping,
-    )
-    per_token = GKDTrainer.generalized_jsd_loss(zs, zt, beta=beta, temperature=temperature, reduction="none").sum(-1)
+    zs, zt = logits("student"), logits("teacher")
+    temperature = a["temperature"]
+    per_token = GKDTrainer.generalized_jsd_loss(zs, zt, beta=a["beta"], temperature=temperature, reduction="none")
     logp = torch.log_softmax(zs.detach() / temperature, -1)
-    entropy = -(logp.exp() * logp).sum(-1)
-    n_valid = valid.sum()
-    loss = per_token.sum()
-    loss = loss / n_valid.clamp(min=1) if num_items_in_batch is None else loss / num_items_in_batch
-    return loss, entropy.sum(), n_valid
+    return trl_reduction(per_token.sum(-1), -(logp.exp() * logp).sum(-1), valid.sum(), a["num_items_in_batch"])
 
 
 @contextmanager

@@ -15,7 +15,9 @@ from _parity import (
     Trace,
     assert_inputs_match,
     assert_metrics_match,
+    assert_step_gradients_match,
     assert_steps_match,
+    check_sides,
     finish_side,
     sgd_step,
     side_state,
@@ -30,6 +32,14 @@ def build_each_side(algorithm: str, build_side) -> Sides:
         with side_state(side, algorithm):
             trainers[side] = finish_side(side, build_side(side))
     return Sides(**trainers)
+
+
+def tiny_sides(build_sides, algorithm: str, config: dict, output_dir, lora: bool, num_chunks, factory=None, **kwargs):
+    """A parity harness's `build_sides` on `factory`'s models (default: the tiny model, seed 0), with the tiny LoRA
+    config where `lora` (else full fine-tuning) and `num_chunks` for the patched side; `kwargs` as that harness
+    takes them."""
+    factory, peft_config = factory or (lambda: T.tiny_model(0)), T.lora_config() if lora else None
+    return build_sides(algorithm, factory, config, str(output_dir), peft_config, num_chunks=num_chunks, **kwargs)
 
 
 def side_config(side: str, config_kwargs: dict, num_chunks=None, patched_config=None) -> dict:
@@ -118,3 +128,44 @@ def assert_traces_match(traces: Sides, extra_patched_metrics=("peak_memory_gb",)
     assert_inputs_match(traces)
     assert_steps_match(traces)
     assert_metrics_match(traces, extra_patched_metrics)
+
+
+def assert_trained_sides_match(trainers: Sides, keys, steps: int = 2) -> None:
+    """Sides trained by TRL's own `train()` for `steps` optimizer steps, each trainer's `step_gradients` recorded
+    (_parity's record_step_gradients): the same gradients at every step, every key in `keys` logged `steps` times and
+    the same on every side, `peak_memory_gb` logged by the patched side only, the same final trainable parameters."""
+    assert_step_gradients_match(Sides(*(t.step_gradients for t in trainers)))
+    for key in keys:
+        logged = Sides(*(T.logged(t, key) for t in trainers))
+        assert all(len(values) == steps for values in logged), key
+        check_sides(f"logged {key}", logged)
+    assert T.logged(trainers.patched, "peak_memory_gb") and not T.logged(trainers.stock, "peak_memory_gb")
+    params = Sides(*(trainable(t.model) for t in trainers))
+    assert all(p.keys() == params.stock.keys() for p in params)
+    for name in params.stock:
+        check_sides(f"final {name}", Sides(*(p[name].detach() for p in params)))
+
+
+def largest_allocation(run) -> int:
+    """Elements of the largest storage any op allocates (forward and backward) while `run()` runs. Views and in-place
+    / `out=` results share an input's storage and are not allocations: skipped."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    def storages(tree):
+        return {t.untyped_storage().data_ptr() for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)}
+
+    class Largest(TorchDispatchMode):
+        largest = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = storages((args, kwargs))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                    self.largest = max(self.largest, t.untyped_storage().nbytes() // t.element_size())
+            return out
+
+    with Largest() as mode:
+        run()
+    return mode.largest

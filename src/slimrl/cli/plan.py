@@ -60,7 +60,7 @@ def plan_arguments(algorithm: str, model_args, training_args, own) -> tuple[tupl
     import torch
 
     from slimrl.models.checkpointing import resolve_checkpointing
-    from slimrl.models.loading import choose_dtype
+    from slimrl.models.dtypes import choose_dtype
 
     device = own.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype, _ = choose_dtype(model_args.dtype, device)

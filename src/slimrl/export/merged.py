@@ -65,7 +65,7 @@ def model_dtype(model) -> torch.dtype:
 def merged_16bit_dtype(model, dtype=None) -> torch.dtype:
     """The dtype merged_16bit writes (see the module docstring); announces a change from the model's own."""
     if dtype is not None:
-        from ..models.loading import parse_dtype
+        from ..models.dtypes import parse_dtype
 
         return parse_dtype(dtype)
     own = model_dtype(model)

@@ -16,16 +16,15 @@ Choices:
 - peft's model card (README.md beside the adapter) names `model.config._name_or_path` as `base_model`; the
   adapter's card names the Hub id instead (the embedded model's, or the Hub id given) or no base_model for a local
   folder, so `push_to_hub` never publishes a path of the machine it was trained on.
-- `FastLanguageModel.from_pretrained(adapter_folder)` (as in Unsloth) loads the base the adapter names through
-  slimrl's loader (so "smollm2-135m" and `.gguf` bases resolve) and puts the adapter on it, trainable, so training
-  can go on; the tokenizer is the base's.
+- `FastLanguageModel.from_pretrained(adapter_folder)` (as in Unsloth) reads the base the adapter names
+  (`adapter_base_name`), loads it through slimrl's loader (so "smollm2-135m" and `.gguf` bases resolve) and puts the
+  adapter on it (`put_adapter_on`), trainable, so training can go on; the tokenizer is the base's.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 import re
 import warnings
@@ -33,8 +32,6 @@ import warnings
 from ..state import model_state, set_peft_owner
 from . import embedded
 from .embedded import hub_base_model
-
-logger = logging.getLogger("slimrl")
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -114,6 +111,7 @@ def is_adapter_folder(model_name) -> bool:
 
 
 def adapter_base_name(folder: str) -> str:
+    """The base model the adapter in `folder` was trained on (its adapter_config.json's base_model_name_or_path)."""
     with open(os.path.join(folder, ADAPTER_CONFIG)) as f:
         name = json.load(f).get("base_model_name_or_path")
     if not name:
@@ -131,15 +129,12 @@ def adapter_base_name(folder: str) -> str:
     return name
 
 
-def load_adapter_folder(folder: str, load_base):
-    """(PeftModel, tokenizer): `load_base(base_name)` gives (model, tokenizer); the adapter goes on top, trainable."""
+def put_adapter_on(model, folder: str):
+    """The PeftModel of the adapter in `folder` on `model` (its base, already loaded), trainable."""
     from peft import PeftModel
 
-    base_name = adapter_base_name(folder)
-    logger.info("slimrl: %s is an adapter; loading its base %s", folder, base_name)
-    model, tokenizer = load_base(base_name)
     peft_model = PeftModel.from_pretrained(model, folder, is_trainable=True)
     set_peft_owner(model, peft_model)
     if getattr(model, "vllm_engine", None) is not None:
         model.vllm_engine.check_rank(peft_model)
-    return peft_model, tokenizer
+    return peft_model

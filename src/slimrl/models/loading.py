@@ -8,8 +8,8 @@ Choices:
 - GGUF + `load_in_4bit`: dequantized to a temporary safetensors folder, then quantized to NF4 from there (the
   GGUF's own quantization is not kept; transformers cannot apply two quantization configs). The temporary folder
   is deleted after loading.
-- dtype=None (or "auto") picks bfloat16 where the device computes it fast (CUDA with bf16 support; a CPU with AMX
-  or AVX512-BF16, read from /proc/cpuinfo), else float32, and logs which and why.
+- dtype=None (or "auto") picks bfloat16 where the device computes it fast (dtypes.py), else float32, and logs which
+  and why.
 - Devices: with CUDA available and no `device_map`, the model goes to this process's GPU (`LOCAL_RANK`, set by
   torchrun / accelerate launch; GPU 0 in a single process), so N ranks never all load onto GPU 0; under DeepSpeed
   ZeRO-3 no map is passed (transformers refuses one; DeepSpeed places the shards). A 4-bit load on CPU passes
@@ -34,6 +34,7 @@ import torch
 from ..notices import notice
 from ..state import model_state
 from . import adapters, cached_generate, chat_template_ids, embedded, quantization
+from .dtypes import choose_dtype, take_torch_dtype
 from .sources import check_local_source, hub_error, looks_like_path, pickle_only_error
 
 logger = logging.getLogger("slimrl")
@@ -45,16 +46,6 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-_DTYPE_NAMES = {
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float": torch.float32,
-}
 # from_pretrained keywords that also concern the tokenizer
 TOKENIZER_KWARGS = ("trust_remote_code", "revision", "token", "cache_dir", "local_files_only", "subfolder")
 # Unsloth keywords that have no meaning here: accepted, warned about, dropped
@@ -79,62 +70,11 @@ _REFUSED_LOADS = {
 }
 
 
-def cpu_bf16_flags(cpuinfo_path: str = "/proc/cpuinfo") -> set[str]:
-    """The bf16-related CPU flags (`amx_bf16`, `avx512_bf16`) present on this machine."""
-    try:
-        with open(cpuinfo_path) as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return {"amx_bf16", "avx512_bf16"} & set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def parse_dtype(dtype) -> torch.dtype | None:
-    """torch.dtype, a name ("bfloat16", "bf16", "float32", ...), or None/"auto" (= let slimrl choose)."""
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    if isinstance(dtype, str):
-        if dtype.lower() == "auto":
-            return None
-        name = dtype.lower().removeprefix("torch.")
-        if name in _DTYPE_NAMES:
-            return _DTYPE_NAMES[name]
-    raise ValueError(f"dtype must be a torch.dtype, one of {sorted(_DTYPE_NAMES)}, 'auto' or None; got {dtype!r}")
-
-
-def choose_dtype(dtype, device_type: str, cpu_flags: set[str] | None = None) -> tuple[torch.dtype, str]:
-    """(dtype, reason): the user's dtype if given, else bf16 where the device computes it fast, else float32."""
-    parsed = parse_dtype(dtype)
-    if parsed is not None:
-        return parsed, "requested"
-    if device_type == "cuda":
-        if torch.cuda.is_bf16_supported():
-            return torch.bfloat16, "CUDA device supports bfloat16"
-        return torch.float32, "CUDA device without bfloat16 support"
-    flags = cpu_bf16_flags() if cpu_flags is None else cpu_flags
-    if flags:
-        return torch.bfloat16, f"CPU has {' and '.join(sorted(flags))}"
-    return torch.float32, "CPU has no AMX/AVX512-BF16, bfloat16 would be emulated (slow)"
-
-
 def target_device_type(kwargs: dict) -> str:
     device_map = kwargs.get("device_map")
     if device_map in ("cpu", torch.device("cpu")) or device_map == {"": "cpu"}:
         return "cpu"
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def take_torch_dtype(dtype, kwargs: dict):
-    """transformers 4.x's `torch_dtype=` as `dtype=` (transformers 5's name), with a notice; both, different: error."""
-    if "torch_dtype" not in kwargs:
-        return dtype
-    torch_dtype = kwargs.pop("torch_dtype")
-    if dtype is not None and parse_dtype(dtype) != parse_dtype(torch_dtype):
-        raise ValueError(f"from_pretrained got both dtype={dtype} and torch_dtype={torch_dtype}; pass only dtype.")
-    notice(f"from_pretrained(torch_dtype=...) is transformers 5's dtype=...; using dtype={torch_dtype}.")
-    return torch_dtype
 
 
 def split_kwargs(kwargs: dict) -> tuple[dict, dict]:
@@ -153,10 +93,37 @@ def split_kwargs(kwargs: dict) -> tuple[dict, dict]:
         if key in hf_kwargs:
             warnings.warn(
                 f"FastLanguageModel.from_pretrained: `{key}` is an Unsloth option with no effect in slimrl; ignored.",
-                stacklevel=4,
+                stacklevel=5,  # the caller of from_pretrained
             )
             hf_kwargs.pop(key)
     return hf_kwargs, options
+
+
+def load_choices(dtype, load_in_4bit: bool, kwargs: dict) -> tuple[dict, dict, str, torch.dtype, str]:
+    """(from_pretrained kwargs, slimrl options, device type, dtype, why that dtype) of a load: transformers 4.x's
+    `torch_dtype` read as `dtype`, Unsloth-only keywords dropped, a 4-bit base refused for full fine-tuning."""
+    dtype = take_torch_dtype(dtype, kwargs)
+    hf_kwargs, options = split_kwargs(kwargs)
+    if options.get("full_finetuning") and load_in_4bit:
+        raise ValueError("full_finetuning=True and load_in_4bit=True: a 4-bit base cannot be fully fine-tuned.")
+    device_type = target_device_type(hf_kwargs)
+    return (hf_kwargs, options, device_type, *choose_dtype(dtype, device_type))
+
+
+def weights_kwargs(hf_kwargs: dict, dtype, load_in_4bit: bool, device_type: str, safetensors_only: bool) -> dict:
+    """from_pretrained's keywords for the weights: safetensors only unless allowed (sources.py), the dtype, this
+    process's GPU, NF4 through bitsandbytes (on CPU with `device_map="cpu"`, which it needs)."""
+    kwargs = dict(hf_kwargs)
+    if safetensors_only:
+        kwargs.setdefault("use_safetensors", True)  # never unpickle weights unless asked (sources.py)
+    kwargs.setdefault("dtype", dtype)
+    if device_type == "cuda" and "device_map" not in kwargs and (device_map := process_device_map()) is not None:
+        kwargs["device_map"] = device_map
+    if load_in_4bit:
+        kwargs["quantization_config"] = quantization.bnb_4bit_config(dtype)
+        if device_type != "cuda":
+            kwargs.setdefault("device_map", "cpu")
+    return kwargs
 
 
 def prepare_tokenizer(tokenizer, model=None):
@@ -196,17 +163,9 @@ def _from_pretrained(
 ):
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    kwargs = dict(hf_kwargs)
-    if "gguf_file" not in kwargs and not allow_unsafe_weights:
-        kwargs.setdefault("use_safetensors", True)  # never unpickle weights unless asked (sources.py)
-    kwargs.setdefault("dtype", dtype)
-    if device_type == "cuda" and "device_map" not in kwargs and (device_map := process_device_map()) is not None:
-        kwargs["device_map"] = device_map
-    if load_in_4bit:
-        kwargs["quantization_config"] = quantization.bnb_4bit_config(dtype)
-        if device_type != "cuda":
-            kwargs.setdefault("device_map", "cpu")
-    elif "gguf_file" in kwargs:
+    safetensors_only = "gguf_file" not in hf_kwargs and not allow_unsafe_weights
+    kwargs = weights_kwargs(hf_kwargs, dtype, load_in_4bit, device_type, safetensors_only)
+    if not load_in_4bit and "gguf_file" in kwargs:
         kwargs.setdefault("quantization_config", GgufConfig(dequantize=True))
     tokenizer_kwargs = {k: kwargs[k] for k in (*TOKENIZER_KWARGS, "gguf_file") if k in kwargs}
     try:
@@ -263,12 +222,7 @@ def load_model_and_tokenizer(
     local_folder: a GGUF file goes through a cached safetensors folder (what vLLM loads); the folder (or the Hub id)
     the weights came from is returned as options["source_path"].
     """
-    dtype = take_torch_dtype(dtype, kwargs)
-    hf_kwargs, options = split_kwargs(kwargs)
-    if options.get("full_finetuning") and load_in_4bit:
-        raise ValueError("full_finetuning=True and load_in_4bit=True: a 4-bit base cannot be fully fine-tuned.")
-    device_type = target_device_type(hf_kwargs)
-    chosen, reason = choose_dtype(dtype, device_type)
+    hf_kwargs, options, device_type, chosen, reason = load_choices(dtype, load_in_4bit, kwargs)
     logger.info(
         "slimrl: loading %s in %s (%s)%s",
         model_name,

@@ -86,19 +86,21 @@ def check_target_modules(model, target_modules) -> None:
 
 def get_peft_model(
     model,
-    r: int = 16,
-    target_modules=None,
-    lora_alpha: int = 16,
-    lora_dropout: float = 0.0,
-    bias: str = "none",
-    use_gradient_checkpointing=True,
-    random_state: int = 3407,
+    *,
+    r: int,
+    target_modules,
+    lora_alpha: int,
+    lora_dropout: float,
+    bias: str,
+    use_gradient_checkpointing,
+    random_state: int,
     fused_lora=lora_speed.AUTO,
     skip_lora_input_casts=True,
     liger_kernel=lora_speed.AUTO,
     **peft_kwargs,
 ):
-    """Wrap `model` in a LoRA PeftModel and configure checkpointing; see FastLanguageModel.get_peft_model."""
+    """Wrap `model` in a LoRA PeftModel and configure checkpointing; see FastLanguageModel.get_peft_model, whose
+    signature owns the LoRA arguments' defaults (every one is passed here by name)."""
     from peft import LoraConfig, PeftModel
     from peft import get_peft_model as peft_get_peft_model
 

@@ -1,6 +1,12 @@
 """Image-text models for FastModel / FastVisionModel: loading through transformers' AutoModelForImageTextToText and
 AutoProcessor, and Unsloth's vision/language switches as LoRA targets.
 
+FastModel calls three functions here and nothing here calls FastModel back: `multimodal_config` (the config, read
+before any weight, of a model with a vision or audio encoder; None sends the load to FastLanguageModel's loader),
+`load_image_text_model` (the whole image-text load: the checks, the weights, the processor, checkpointing) and
+`lora_targets` (get_peft_model's target modules for Unsloth's switches: image-text models here, text models through
+layer_selection.py).
+
 Loading (`load_image_text_model`) keeps FastLanguageModel's conventions: the same dtype choice, safetensors only
 unless `allow_unsafe_weights=True`, NF4 through bitsandbytes with `load_in_4bit`, the same Unsloth-only keywords
 warned about; it returns `(model, processor)` as Unsloth does, and the processor is the one the patched trainers use
@@ -22,7 +28,7 @@ import logging
 import os
 
 from ..state import model_state
-from . import adapters, chat_template_ids, layer_selection, loading, quantization
+from . import adapters, chat_template_ids, checkpointing, embedded, layer_selection, loading, quantization
 from .lora import decoder_layers, is_linear
 
 logger = logging.getLogger("slimrl")
@@ -40,6 +46,31 @@ def image_text_types() -> frozenset:
 def describe(config) -> str:
     arch = ", ".join(getattr(config, "architectures", None) or []) or type(config).__name__
     return f"{arch} (model_type {getattr(config, 'model_type', '?')!r})"
+
+
+def multimodal_part(config) -> str | None:
+    """ "vision" / "audio" when the config describes a model with such an encoder, else None."""
+    for part in ("vision", "audio"):
+        if getattr(config, f"{part}_config", None) is not None:
+            return part
+    return None
+
+
+def multimodal_config(model_name, kwargs: dict):
+    """The config (a small file) of a model with a vision or audio encoder, read before any weight; else None."""
+    name = os.fspath(model_name)
+    local = os.path.exists(name)
+    if (embedded.is_embedded_name(name) and not local) or name.lower().endswith(".gguf"):
+        return None
+    if local and adapters.is_adapter_folder(name):
+        return None  # its base is loaded by FastLanguageModel, which loads causal LMs only
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(name, **{k: kwargs[k] for k in loading.TOKENIZER_KWARGS if k in kwargs})
+    except (OSError, ValueError, KeyError):
+        return None  # the loader says what is wrong with this source
+    return config if multimodal_part(config) is not None else None
 
 
 def check_loadable(config, caller: str) -> None:
@@ -104,34 +135,23 @@ def _load_processor(path: str, config, kwargs: dict):
 def _load(path: str, config, dtype, load_in_4bit: bool, device_type: str, hf_kwargs: dict, allow_unsafe: bool):
     from transformers import AutoModelForImageTextToText
 
-    kwargs = dict(hf_kwargs)
-    if not allow_unsafe:
-        kwargs.setdefault("use_safetensors", True)
-    kwargs.setdefault("dtype", dtype)
-    if device_type == "cuda" and "device_map" not in kwargs and (device_map := loading.process_device_map()):
-        kwargs["device_map"] = device_map
-    if load_in_4bit:
-        kwargs["quantization_config"] = quantization.bnb_4bit_config(dtype)
-        if device_type != "cuda":
-            kwargs.setdefault("device_map", "cpu")
+    kwargs = loading.weights_kwargs(hf_kwargs, dtype, load_in_4bit, device_type, safetensors_only=not allow_unsafe)
     processor = _load_processor(path, config, {k: kwargs[k] for k in loading.TOKENIZER_KWARGS if k in kwargs})
     model = AutoModelForImageTextToText.from_pretrained(path, config=config, **kwargs)
     return model, processor
 
 
-def load_image_text_model(model_name, config, max_seq_length=2048, dtype=None, load_in_4bit=False, **kwargs):
-    """(model, processor) of an image-text model (module docstring); `config` is its already-read config."""
+def load_image_text_model(
+    model_name, config, max_seq_length=2048, dtype=None, load_in_4bit=False, *, caller: str, **kwargs
+):
+    """(model, processor) of an image-text model (module docstring), checkpointing configured where
+    `use_gradient_checkpointing` is given; `config` is its already-read config, `caller` the name errors give."""
+    check_loadable(config, caller)
     name = os.fspath(model_name)
     _refuse_unsupported_options(name, config, kwargs.pop("fast_inference", False))
     for key in ("gpu_memory_utilization", "max_lora_rank", "vllm_weight_sync", "vllm_engine_kwargs"):
         kwargs.pop(key, None)  # engine options: meaningful only with fast_inference
-    check_loadable(config, "FastVisionModel.from_pretrained")
-    dtype = loading.take_torch_dtype(dtype, kwargs)
-    hf_kwargs, options = loading.split_kwargs(kwargs)
-    if options.get("full_finetuning") and load_in_4bit:
-        raise ValueError("full_finetuning=True and load_in_4bit=True: a 4-bit base cannot be fully fine-tuned.")
-    device_type = loading.target_device_type(hf_kwargs)
-    chosen, reason = loading.choose_dtype(dtype, device_type)
+    hf_kwargs, options, device_type, chosen, reason = loading.load_choices(dtype, load_in_4bit, kwargs)
     logger.info("slimrl: loading image-text model %s in %s (%s)", name, str(chosen).removeprefix("torch."), reason)
     loading.check_local_source(name)
     model, processor = _load(
@@ -145,12 +165,30 @@ def load_image_text_model(model_name, config, max_seq_length=2048, dtype=None, l
     model.max_seq_length = max_seq_length
     state = model_state(model)
     state.tokenizer, state.dtype, state.model_name = processor, chosen, adapters.requested_model_name(model_name)
-    return model, processor, options
+    if "use_gradient_checkpointing" in options:
+        checkpointing.apply_checkpointing(model, options["use_gradient_checkpointing"])
+    return model, processor
 
 
 def is_image_text_model(model) -> bool:
     config = getattr(model, "config", None)
     return config is not None and getattr(config, "vision_config", None) is not None
+
+
+def lora_targets(model, target_modules, caller: str, *, audio, **switches):
+    """FastModel.get_peft_model's LoRA target modules for Unsloth's switches (vision, language, attention, mlp;
+    `audio`: finetune_audio_layers): an image-text model's here, a text model's by layer_selection.py; a PeftModel's
+    `target_modules` unchanged. A model slimrl does not load (an audio encoder) raises naming `caller`."""
+    from peft import PeftModel
+
+    if isinstance(model, PeftModel):
+        return target_modules
+    if is_image_text_model(model):
+        check_loadable(model.config, caller)
+        return select_image_text_targets(model, target_modules, **switches)
+    if multimodal_part(getattr(model, "config", None)) is not None:  # an audio encoder
+        check_loadable(model.config, caller)
+    return layer_selection.select_target_modules(model, target_modules, **switches, audio=audio)
 
 
 def _part(full_name: str, language_blocks: set[str]) -> str | None:

@@ -8,6 +8,7 @@ import slimrl
 from slimrl.patches import registry, seams
 
 import _distill_parity as H
+import _harness as HS
 import _parity as P
 import _tiny as T
 
@@ -149,27 +150,8 @@ def test_sft_and_gkd_patched_together_set_up_and_measure_once(tmp_path, unpatche
 
 
 def _largest_allocation(trainer, batch) -> int:
-    """Elements of the largest storage any op allocates during one training_step (views and in-place excluded)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-
-    def storages(tree):
-        return {t.untyped_storage().data_ptr() for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)}
-
-    class Largest(TorchDispatchMode):
-        largest = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            inputs = storages((args, kwargs))
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
-                    self.largest = max(self.largest, t.untyped_storage().nbytes() // t.element_size())
-            return out
-
-    with Largest() as mode:
-        trainer.training_step(trainer.model, batch, None)
-    return mode.largest
+    """Elements of the largest storage any op allocates during one training_step."""
+    return HS.largest_allocation(lambda: trainer.training_step(trainer.model, batch, None))
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

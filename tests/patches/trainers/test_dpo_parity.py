@@ -12,6 +12,7 @@ import pytest
 from slimrl.ops.lean_logprob import LeanLogProbFunction
 from slimrl.state import model_state
 
+import _harness as HS
 import _parity as P
 import _pref_parity as H
 import _tiny as T
@@ -42,14 +43,7 @@ def _factory(lora, saved_model):
 def test_dpo_matches_stock(case, tmp_path, saved_model, unpatched):
     config, lora, chunks = CASES[case]
     LeanLogProbFunction.last_forward_chunks = None
-    trainers = H.build_sides(
-        ALGO,
-        _factory(lora, saved_model),
-        config,
-        str(tmp_path),
-        peft_config=T.lora_config() if lora else None,
-        num_chunks=chunks,
-    )
+    trainers = HS.tiny_sides(H.build_sides, ALGO, config, tmp_path, lora, chunks, _factory(lora, saved_model))
     stock, patched = trainers.stock, trainers.patched
     precompute = config.get("precompute_ref_log_probs", False)
     if precompute:
@@ -183,12 +177,4 @@ def test_train_end_to_end_matches_stock(tmp_path, unpatched):
         "mean_token_accuracy",
         "num_tokens",
     )
-    for key in keys:
-        logged = [T.logged(t, key) for t in trainers]
-        assert all(len(values) == 2 for values in logged), key
-        P.check_sides(f"logged {key}", P.Sides(*logged))
-    assert T.logged(trainers.patched, "peak_memory_gb") and not T.logged(trainers.stock, "peak_memory_gb")
-    P.assert_step_gradients_match(P.Sides(*(t.step_gradients for t in trainers)))
-    params = [P.trainable(t.model) for t in trainers]
-    for name in params[0]:
-        P.check_sides(f"final {name}", P.Sides(*(p[name].detach() for p in params)))
+    HS.assert_trained_sides_match(trainers, keys)

@@ -12,6 +12,7 @@ import pytest
 
 from slimrl.patches import registry
 
+import _harness as HS
 import _rl_parity as R
 import _tiny as T
 
@@ -44,14 +45,7 @@ CASES = {
 @pytest.mark.parametrize("case", [pytest.param(c, marks=() if c == DEFAULT_TIER else pytest.mark.slow) for c in CASES])
 def test_gmpo_matches_stock(case, tmp_path, unpatched):
     lora, chunks, config = CASES[case]
-    trainers = R.build_sides(
-        ALGO,
-        lambda: T.tiny_model(0),
-        config,
-        str(tmp_path),
-        peft_config=T.lora_config() if lora else None,
-        num_chunks=chunks,
-    )
+    trainers = HS.tiny_sides(R.build_sides, ALGO, config, tmp_path, lora, chunks)
     assert T.head_file(trainers.patched).endswith("slimrl/ops/logprob.py")
     assert T.head_file(trainers.stock).endswith("trl/trainer/utils.py")
     traces = R.run_sides(ALGO, trainers)

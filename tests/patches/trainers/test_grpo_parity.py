@@ -12,6 +12,7 @@ Parametrization (each option at least once, ~1 s per case once TRL is imported):
 import pytest
 import torch
 
+import _harness as HS
 import _parity as P
 import _rl_parity as R
 import _tiny as T
@@ -215,16 +216,8 @@ def test_train_end_to_end_matches_stock(tmp_path, unpatched):
         *(R.train_side(ALGO, side, output_dir=str(tmp_path / side), num_chunks=3, **kw) for side in P.Sides._fields)
     )
     assert T.head_file(trainers.patched).endswith(SLIMRL_HEAD) and T.head_file(trainers.stock).endswith(STOCK_HEAD)
-    for key in ("loss", "reward", "reward_std", "kl", "entropy", "completions/mean_length", "num_tokens"):
-        logged = [T.logged(t, key) for t in trainers]
-        assert all(len(values) == 2 for values in logged), key
-        P.check_sides(f"logged {key}", P.Sides(*logged))
-    assert T.logged(trainers.patched, "peak_memory_gb") and not T.logged(trainers.stock, "peak_memory_gb")
-    P.assert_step_gradients_match(P.Sides(*(t.step_gradients for t in trainers)))
-    params = [P.trainable(t.model) for t in trainers]
-    assert params[0].keys() == params[1].keys() == params[2].keys()
-    for name in params[0]:
-        P.check_sides(f"final {name}", P.Sides(*(p[name].detach() for p in params)))
+    keys = ("loss", "reward", "reward_std", "kl", "entropy", "completions/mean_length", "num_tokens")
+    HS.assert_trained_sides_match(trainers, keys)
 
 
 def test_bf16_autocast_error_no_larger_than_stock(tmp_path, unpatched):

@@ -11,6 +11,7 @@ import torch
 
 from slimrl.ops.lean_logprob import LeanLogProbFunction
 
+import _harness as HS
 import _pref_parity as H
 import _tiny as T
 
@@ -32,9 +33,7 @@ def test_kto_matches_stock(case, tmp_path, saved_model, unpatched):
     config, lora, chunks = CASES[case]
     factory = (lambda: T.tiny_model(0)) if lora else (lambda: T.load_tiny(saved_model))
     LeanLogProbFunction.last_forward_chunks = None
-    trainers = H.build_sides(
-        ALGO, factory, config, str(tmp_path), peft_config=T.lora_config() if lora else None, num_chunks=chunks
-    )
+    trainers = HS.tiny_sides(H.build_sides, ALGO, config, tmp_path, lora, chunks, factory)
     stock, patched = trainers.stock, trainers.patched
     precompute = config.get("precompute_ref_log_probs", False)
     if precompute:

@@ -13,6 +13,7 @@ import copy
 import pytest
 import torch
 
+import _harness as HS
 import _online_parity as O
 import _parity as P
 import _pref_parity as H
@@ -56,15 +57,7 @@ CASES = {
 
 
 def _run(tmp_path, lora, chunks, config, trainer_kwargs):
-    trainers = O.build_sides(
-        ALGO,
-        lambda: T.tiny_model(0),
-        config,
-        str(tmp_path),
-        peft_config=T.lora_config() if lora else None,
-        num_chunks=chunks,
-        trainer_kwargs=trainer_kwargs,
-    )
+    trainers = HS.tiny_sides(O.build_sides, ALGO, config, tmp_path, lora, chunks, trainer_kwargs=trainer_kwargs)
     return trainers, O.run_sides(ALGO, trainers)
 
 
@@ -134,13 +127,8 @@ def test_end_to_end_train_matches_stock(tmp_path, unpatched):
             torch.manual_seed(3)
             trainer.train()
             trainers.append(trainer)
-    trainers = P.Sides(*trainers)
-    P.assert_step_gradients_match(P.Sides(*(t.step_gradients for t in trainers)))
-    for key in ("loss", "objective/kl", "objective/scores", "rewards/margins", "logps/chosen"):
-        logged = P.Sides(*(T.logged(t, key) for t in trainers))
-        assert all(len(values) == 2 for values in logged), key
-        P.check_sides(f"logged {key}", logged)
-    assert T.logged(trainers.patched, "peak_memory_gb") and not T.logged(trainers.stock, "peak_memory_gb")
+    keys = ("loss", "objective/kl", "objective/scores", "rewards/margins", "logps/chosen")
+    HS.assert_trained_sides_match(P.Sides(*trainers), keys)
 
 
 def test_lora_on_lm_head_runs_stock_path_with_a_warning(tmp_path, unpatched):

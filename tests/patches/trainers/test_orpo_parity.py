@@ -11,6 +11,7 @@ import types
 import pytest
 import torch
 
+import _harness as HS
 import _orpo_cpo_parity as H
 import _parity as P
 import _tiny as T
@@ -62,30 +63,8 @@ def test_orpo_parity(tmp_path, unpatched, case):
 
 
 def _peak_numel(trainer, batch) -> int:
-    """Elements of the largest storage any op allocates (forward and backward) during one training_step.
-
-    Views and in-place / `out=` results share an input's storage and are not allocations: skipped.
-    """
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-
-    def storages(tree):
-        return {t.untyped_storage().data_ptr() for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)}
-
-    class Largest(TorchDispatchMode):
-        largest = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            inputs = storages((args, kwargs))
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
-                    self.largest = max(self.largest, t.untyped_storage().nbytes() // t.element_size())
-            return out
-
-    with Largest() as mode:
-        trainer.training_step(trainer.model, batch)
-    return mode.largest
+    """Elements of the largest storage any op allocates (forward and backward) during one training_step."""
+    return HS.largest_allocation(lambda: trainer.training_step(trainer.model, batch))
 
 
 def test_patched_step_never_allocates_full_logits(tmp_path, unpatched):

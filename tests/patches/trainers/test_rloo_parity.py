@@ -10,6 +10,7 @@ accumulation, mask_truncated_completions, temperature, normalize_advantages and 
 import pytest
 import torch
 
+import _harness as HS
 import _rl_parity as R
 import _tiny as T
 
@@ -72,9 +73,7 @@ def test_rloo_parity(tmp_path, unpatched, saved_model, case):
         "peft_model": T.peft_model,
         "memory": lambda: T.tiny_model(0),
     }[kind]
-    trainers = R.build_sides(
-        ALGO, factory, config, str(tmp_path), peft_config=T.lora_config() if lora else None, num_chunks=chunks
-    )
+    trainers = HS.tiny_sides(R.build_sides, ALGO, config, tmp_path, lora, chunks, factory)
     stock, patched = trainers.stock, trainers.patched
     assert T.head_file(stock).endswith("trl/trainer/utils.py")
     assert T.head_file(patched).endswith("slimrl/ops/logprob.py")

@@ -11,6 +11,7 @@ import pytest
 from slimrl.ops.lean_logprob import LeanLogProbFunction
 from slimrl.state import model_state
 
+import _harness as HS
 import _pref_parity as H
 import _tiny as T
 
@@ -34,15 +35,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_sft_matches_stock(case, tmp_path, unpatched):
     kind, config, lora, chunks = CASES[case]
-    trainers = H.build_sides(
-        ALGO,
-        lambda: T.tiny_model(0),
-        config,
-        str(tmp_path),
-        peft_config=T.lora_config() if lora else None,
-        num_chunks=chunks,
-        data_kind=kind,
-    )
+    trainers = HS.tiny_sides(H.build_sides, ALGO, config, tmp_path, lora, chunks, data_kind=kind)
     assert H.head_file(trainers.stock).endswith(H.STOCK_HEAD) and H.head_file(trainers.patched).endswith(H.SLIMRL_HEAD)
     traces = H.run_sides(ALGO, trainers)
     H.assert_traces_match(traces)

@@ -95,6 +95,12 @@ def compact_divergence_loss(
         _STUDENT_CHUNKS.get(),
         with_entropy=True,
     )
+    return trl_reduction(per_token, entropy, n_valid, num_items_in_batch)
+
+
+def trl_reduction(per_token, entropy, n_valid, num_items_in_batch):
+    """`(loss, entropy_sum, n_valid)` from per-token losses and entropies as TRL's `_chunked_divergence_loss` reduces
+    them: the sum over `num_items_in_batch`, else over max(1, valid tokens)."""
     loss = per_token.sum()
     if num_items_in_batch is None:
         loss = loss / n_valid.clamp(min=1)  # a fully masked batch reduces to 0, as TRL's
