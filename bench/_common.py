@@ -138,6 +138,12 @@ def results_path(name: str) -> str:
     return os.path.join(ROOT, "bench", "results", f"{name}.json")
 
 
+def spawn_pinned(script: str, args: list[str], env: dict, cores: list[int] | None, **kw) -> subprocess.Popen:
+    """`python SCRIPT ARGS...` in a process of its own, pinned to `cores` (None: any core)."""
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+    return subprocess.Popen([sys.executable, os.path.abspath(script), *args], env=env, preexec_fn=pin, **kw)
+
+
 def pin_threads(threads: int) -> None:
     """Set OMP/MKL threads for this process and any torch imported after (call before importing torch)."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):

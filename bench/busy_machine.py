@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 
+from _common import spawn_pinned
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 # model presets: (model kwargs for slimrl.testing.tiny_llama or "embedded", GRPOConfig geometry)
@@ -72,7 +74,7 @@ def length_reward(completions, **kwargs):
     return [len(c) % 7 / 7 for c in completions]
 
 
-def _build_trainer(preset: str, steps: int, timer):
+def build_trainer(preset: str, steps: int, timer):
     import torch
 
     from slimrl import FastLanguageModel, PatchFastRL
@@ -123,7 +125,7 @@ def worker(spec: dict) -> None:
     from _common import step_timer
 
     timer = step_timer()
-    trainer = _build_trainer(spec["preset"], spec["warmup"] + spec["steps"], timer)
+    trainer = build_trainer(spec["preset"], spec["warmup"] + spec["steps"], timer)
     trainer.train()
     measured = timer.times[spec["warmup"] :]
     print(json.dumps({"times": measured, "median": statistics.median(measured), "threads": torch.get_num_threads()}))
@@ -153,23 +155,18 @@ def compete(kind: str, report: str) -> None:
         done[0] += 1
 
 
-def _spawn(args: list[str], env: dict, cores: list[int] | None, **kw) -> subprocess.Popen:
-    pre = (lambda: os.sched_setaffinity(0, cores)) if cores else None
-    return subprocess.Popen([sys.executable, os.path.abspath(__file__), *args], env=env, preexec_fn=pre, **kw)
-
-
 def run_arm(arm: str, busy: int, opts, base_env: dict, cores) -> dict:
     rivals, reports = [], []
     for i in range(busy):
         reports.append(os.path.join(tempfile.mkdtemp(prefix="busy-rival-"), f"rival{i}.json"))
-        rivals.append(
-            _spawn(["--_compete", opts.competitor, "--_report", reports[-1]], arm_env("default", base_env), cores)
-        )
+        rival = ["--_compete", opts.competitor, "--_report", reports[-1]]
+        rivals.append(spawn_pinned(__file__, rival, arm_env("default", base_env), cores))
     if rivals:
         time.sleep(opts.ramp)
     spec = {"preset": opts.model, "steps": opts.steps, "warmup": opts.warmup}
     try:
-        proc = _spawn(
+        proc = spawn_pinned(
+            __file__,
             ["--_worker", json.dumps(spec)],
             arm_env(arm, base_env),
             cores,

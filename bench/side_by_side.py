@@ -31,6 +31,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+from _common import spawn_pinned  # noqa: E402
 
 ARMS = {"slimrl": {}, "keep": {"SLIMRL_THREADS": "keep"}}
 SCENARIOS = ("alone", "together", "staggered")
@@ -38,7 +39,7 @@ SCENARIOS = ("alone", "together", "staggered")
 
 def worker(spec: dict) -> None:
     import torch
-    from busy_machine import _build_trainer
+    from busy_machine import build_trainer
     from transformers import TrainerCallback
 
     class Stamps(TrainerCallback):
@@ -52,15 +53,14 @@ def worker(spec: dict) -> None:
             self.steps.append((self.begin, time.time()))
 
     stamps = Stamps()
-    trainer = _build_trainer(spec["preset"], spec["warmup"] + spec["steps"], stamps)
+    trainer = build_trainer(spec["preset"], spec["warmup"] + spec["steps"], stamps)
     trainer.train()
     print(json.dumps({"steps": stamps.steps[spec["warmup"] :], "threads": torch.get_num_threads()}))
 
 
 def _spawn(spec: dict, env: dict, cores: list[int] | None) -> subprocess.Popen:
-    pre = (lambda: os.sched_setaffinity(0, cores)) if cores else None
-    args = [sys.executable, os.path.abspath(__file__), "--_worker", json.dumps(spec)]
-    return subprocess.Popen(args, env=env, preexec_fn=pre, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return spawn_pinned(__file__, ["--_worker", json.dumps(spec)], env, cores, **pipes)
 
 
 def _collect(proc: subprocess.Popen, timeout: float) -> dict:
