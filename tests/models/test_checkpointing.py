@@ -9,7 +9,7 @@ from slimrl.models import checkpointing
 from slimrl.models.checkpointing import offloaded_checkpoint
 from slimrl.state import model_state
 
-from _models_helpers import batch, lora_grads
+from _models_helpers import batch, lora_grads, trainer_enables_checkpointing
 
 MODES = [False, True, "offload"]
 
@@ -62,8 +62,7 @@ def test_mode_survives_trainer_style_enable_and_trl_toggles(tiny_peft, mode):
     from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_generation
 
     model = tiny_peft(mode)
-    # what Trainer.__init__ does with args.gradient_checkpointing=True
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs=None, every_n_layers=1, offload=False)
+    trainer_enables_checkpointing(model)  # what Trainer.train does with the config's checkpointing flag on
     expect_mode(model, mode)
     with disable_gradient_checkpointing(model, {"use_reentrant": False}):
         expect_mode(model, False)
@@ -81,7 +80,7 @@ def test_mode_survives_trainer_style_enable_and_trl_toggles(tiny_peft, mode):
 def test_mode_false_stays_off_when_trainer_enables(tiny_peft, caplog):
     model = tiny_peft(False)
     with caplog.at_level("WARNING", logger="slimrl"):
-        model.activation_checkpointing_enable(offload=False)
+        trainer_enables_checkpointing(model)
     expect_mode(model, False)
     assert "use_gradient_checkpointing=False" in caplog.text
 
