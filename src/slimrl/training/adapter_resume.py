@@ -1,13 +1,13 @@
 """Resuming a LoRA run whose checkpoint holds more than one adapter: the trained adapter is read back on every
 supported transformers.
 
-A PeftModel with a second adapter (TRL's frozen "ref" copy, which GRPO, RLOO, DPO and KTO add when given a PeftModel,
-as `FastLanguageModel.get_peft_model` returns; slimrl PPO's "value" adapter) saves its "default" adapter at the
-checkpoint's root and each other adapter in a folder of its own name. transformers before 5.23
-(`Trainer._load_from_checkpoint`) then loads only those folders: the trained "default" adapter is left as the model
-was built, and the resumed run silently trains on from the initial weights. transformers 5.23 loads the root adapter
-too. slimrl loads it before transformers' `train` reads the checkpoint, the same call 5.23 makes
-(`load_adapter(folder, "default", is_trainable=...)`), and only where transformers does not.
+A PeftModel with a second adapter (TRL's frozen "ref" copy, which GRPO, RLOO, DPO and KTO add when given a PeftModel, as
+`FastLanguageModel.get_peft_model` returns, and a reference is needed: GRPO with beta != 0, for one; slimrl PPO's
+"value" adapter) saves its "default" adapter at the checkpoint's root and each other adapter in a folder of its own
+name. transformers before 5.23 (`Trainer._load_from_checkpoint`) then loads only those folders: the trained "default"
+adapter is left as the model was built, and the resumed run silently trains on from the initial weights. transformers
+5.23 loads the root adapter too. slimrl loads it before transformers' `train` reads the checkpoint, the same call 5.23
+makes (`load_adapter(folder, "default", is_trainable=...)`), and only where transformers does not.
 """
 
 from __future__ import annotations
