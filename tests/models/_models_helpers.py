@@ -26,3 +26,15 @@ def lora_grads_around_generate(model, inputs) -> tuple[dict, dict]:
         model.generate(input_ids=inputs["input_ids"][:, :4], max_new_tokens=3, do_sample=False)
     FastLanguageModel.for_training(model)
     return before, lora_grads(model, inputs)
+
+
+def trainer_enables_checkpointing(model, checkpoint_kwargs=None, every_n_layers=1, offload=False):
+    """The call `Trainer.train` makes when the config asks for checkpointing, on the installed transformers: 5.23 and
+    later `activation_checkpointing_enable` where the model has it, before 5.23 `gradient_checkpointing_enable`."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        return model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs=checkpoint_kwargs, every_n_layers=every_n_layers, offload=offload
+        )
+    return model.gradient_checkpointing_enable(
+        gradient_checkpointing_kwargs=checkpoint_kwargs, every_n_layers=every_n_layers, offload=offload
+    )

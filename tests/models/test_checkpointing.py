@@ -1,6 +1,7 @@
 """Checkpointing modes: correct LoRA gradients in each mode, and the mode survives Trainer/TRL toggling."""
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ from slimrl.models import checkpointing
 from slimrl.models.checkpointing import offloaded_checkpoint
 from slimrl.state import model_state
 
-from _models_helpers import batch, lora_grads
+from _models_helpers import batch, lora_grads, trainer_enables_checkpointing
 
 MODES = [False, True, "offload"]
 
@@ -62,8 +63,7 @@ def test_mode_survives_trainer_style_enable_and_trl_toggles(tiny_peft, mode):
     from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_generation
 
     model = tiny_peft(mode)
-    # what Trainer.__init__ does with args.gradient_checkpointing=True
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs=None, every_n_layers=1, offload=False)
+    trainer_enables_checkpointing(model)  # what Trainer.train does with the config's checkpointing flag on
     expect_mode(model, mode)
     with disable_gradient_checkpointing(model, {"use_reentrant": False}):
         expect_mode(model, False)
@@ -81,18 +81,39 @@ def test_mode_survives_trainer_style_enable_and_trl_toggles(tiny_peft, mode):
 def test_mode_false_stays_off_when_trainer_enables(tiny_peft, caplog):
     model = tiny_peft(False)
     with caplog.at_level("WARNING", logger="slimrl"):
-        model.activation_checkpointing_enable(offload=False)
+        trainer_enables_checkpointing(model)
     expect_mode(model, False)
     assert "use_gradient_checkpointing=False" in caplog.text
 
 
-def test_real_trainer_init_keeps_offload(tiny_peft, tmp_path):
+@pytest.mark.parametrize(
+    "mode, pinned, after", [(False, True, False), ("offload", True, "offload"), ("offload", False, True)]
+)
+def test_real_trainer_train_keeps_the_mode(tiny_peft, tmp_path, mode, pinned, after):
+    """`Trainer.train` enables checkpointing itself when the config's flag is on (by the installed transformers' own
+    name); the model's mode stays. Negative control: without slimrl's pin the same train turns "offload" into plain
+    checkpointing."""
+    from datasets import Dataset
     from transformers import Trainer, TrainingArguments
 
-    model = tiny_peft("offload")
-    args = TrainingArguments(output_dir=str(tmp_path), gradient_checkpointing=True, use_cpu=True, report_to=[])
-    Trainer(model=model, args=args)
-    expect_mode(model, "offload")
+    from slimrl.swaps import restore
+
+    model = tiny_peft(mode)
+    if not pinned:
+        restore(checkpointing.base_transformers_model(model), "gradient_checkpointing_enable")
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        gradient_checkpointing=True,
+        use_cpu=True,
+        report_to=[],
+        max_steps=1,
+        per_device_train_batch_size=2,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    rows = Dataset.from_list([{"input_ids": list(range(4, 12)), "labels": list(range(4, 12))}] * 2)
+    Trainer(model=model, args=args, train_dataset=rows).train()
+    expect_mode(model, after)
 
 
 def test_offload_hook_sees_the_checkpointed_inputs(tiny_peft):
@@ -189,3 +210,67 @@ def test_stock_grpo_trainer_keeps_offload_through_rollouts(tiny_model_dir, tmp_p
     expect_mode(trainer.model, "offload")
     stats = model_state(checkpointing.base_transformers_model(trainer.model)).offload_stats
     assert stats.tensors_seen == 2 * 2  # the hidden-state input of 2 layers, in 2 training forwards
+
+
+def _hidden(name):
+    def absent(self):
+        raise AttributeError(f"{name} (transformers 5.23 and later only)")
+
+    return property(absent)
+
+
+def _old_enable(self, gradient_checkpointing_kwargs=None, every_n_layers=1, offload=False):
+    """transformers 5.17-5.22's `gradient_checkpointing_enable`, reduced to what it does to the layers."""
+    kwargs = gradient_checkpointing_kwargs or {"use_reentrant": False}
+    func = functools.partial(torch.utils.checkpoint.checkpoint, **kwargs)
+    self._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=func, every_n_layers=every_n_layers)
+
+
+def old_names_peft(mode):
+    """A tiny LoRA model whose transformers class has only the checkpointing names of transformers 5.17-5.22 (no
+    `activation_checkpointing_*`, no deprecation warnings), set up by slimrl with `mode`."""
+    from slimrl import FastLanguageModel
+    from slimrl.testing import tiny_llama
+
+    model = tiny_llama(seed=0, hidden_size=32, num_layers=2)
+    names = {f"activation_checkpointing_{n}": _hidden(f"activation_checkpointing_{n}") for n in ("enable", "disable")}
+    model.__class__ = type(
+        "OldNamesLlama",
+        (type(model),),
+        {
+            **names,
+            "is_activation_checkpointing": _hidden("is_activation_checkpointing"),
+            "gradient_checkpointing_enable": _old_enable,
+            "gradient_checkpointing_disable": lambda self: self._set_gradient_checkpointing(enable=False),
+            "is_gradient_checkpointing": property(lambda self: checkpointing.is_checkpointing_active(self)),
+        },
+    )
+    return FastLanguageModel.get_peft_model(model, r=4, use_gradient_checkpointing=mode, random_state=1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mode_survives_the_calls_of_transformers_before_5_23(mode):
+    """transformers 5.17-5.22's Trainer, TRL's toggles and peft call only `gradient_checkpointing_enable`: the pin
+    (an instance override of that name) holds without transformers' routing of the 5.23 name through it."""
+    from accelerate import Accelerator
+    from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_generation
+
+    model = old_names_peft(mode)
+    assert not hasattr(model, "activation_checkpointing_enable")
+    trainer_enables_checkpointing(model, {"use_reentrant": False}, offload=True)  # the old Trainer's call
+    expect_mode(model, mode)
+    with disable_gradient_checkpointing(model, {"use_reentrant": False}):
+        expect_mode(model, False)
+    with unwrap_model_for_generation(model, Accelerator(cpu=True), gradient_checkpointing_kwargs=None):
+        pass
+    expect_mode(model, mode)
+
+
+def test_without_the_pin_the_old_trainer_call_changes_the_mode():
+    from slimrl.swaps import restore
+
+    for mode, changed_to in (("offload", True), (False, True)):
+        model = old_names_peft(mode)
+        restore(checkpointing.base_transformers_model(model), "gradient_checkpointing_enable")  # negative control
+        trainer_enables_checkpointing(model)
+        expect_mode(model, changed_to)

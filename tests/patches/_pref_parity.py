@@ -24,6 +24,7 @@ from slimrl.testing import tiny_llama_config
 
 import _harness as HS
 import _tiny as T
+from _models_helpers import trainer_enables_checkpointing
 from _parity import Sides, Trace, side_model
 
 SLIMRL_HEAD, STOCK_HEAD = "slimrl/ops/logprob.py", "trl/trainer/utils.py"
@@ -127,15 +128,14 @@ def build_sides(
 
 
 def enable_checkpointing_like_train(trainer) -> None:
-    """What `Trainer.train` does before its loop (transformers 5.23) when the config asks for checkpointing."""
+    """What `Trainer.train` does before its loop when the config asks for checkpointing (its field and method names
+    are transformers 5.23's, or the older ones before 5.23)."""
     args = trainer.args
     if not getattr(args, "activation_checkpointing", args.gradient_checkpointing):
         return
     kwargs = dict(getattr(args, "activation_checkpointing_kwargs", None) or args.gradient_checkpointing_kwargs or {})
     every_n_layers, offload = kwargs.pop("every_n_layers", 1), kwargs.pop("offload", False)
-    trainer.model.activation_checkpointing_enable(
-        activation_checkpointing_kwargs=kwargs or None, every_n_layers=every_n_layers, offload=offload
-    )
+    trainer_enables_checkpointing(trainer.model, kwargs or None, every_n_layers, offload)
 
 
 def run_side(trainer, optimizer_steps: int = 2, lr: float | None = None, seed: int = 1234) -> Trace:

@@ -32,14 +32,15 @@ Choices:
    gives the same numbers.
 3. One ActivationOffloader per model (ModelState.offloader), made when "offload" is first enabled and kept through
    every later enable, so its host buffers are reused from step to step; `configure_offload` changes its settings.
-4. The mode must survive the places that re-enable checkpointing themselves: `Trainer.__init__`
-   (`activation_checkpointing_enable(offload=False)` when `args.gradient_checkpointing`), TRL's
-   `unwrap_model_for_generation` and `disable_gradient_checkpointing` (disable, then
-   `gradient_checkpointing_enable(kwargs)`). We set an instance-level `gradient_checkpointing_enable` on the
-   transformers model (as TRL's selective checkpointing does); transformers' `_is_overridden` then routes
-   `activation_checkpointing_enable` through it too, and PeftModel forwards both names to the base model. The
-   wrapper enables the model's own mode whatever the caller asked; mode False turns enables into no-ops (warned
-   once). It is a bound method (`types.MethodType`) so `copy.deepcopy` rebinds it to the copy.
+4. The mode must survive the places that re-enable checkpointing themselves: `Trainer.train` when the config's flag
+   is on (`gradient_checkpointing_enable(...)` before transformers 5.23, `activation_checkpointing_enable(...)` from
+   5.23), TRL's `unwrap_model_for_generation` and `disable_gradient_checkpointing` and peft (disable, then
+   `gradient_checkpointing_enable(kwargs)`, on every release). We set an instance-level `gradient_checkpointing_enable`
+   on the transformers model (as TRL's selective checkpointing does): before 5.23 it is the one name every caller
+   uses; from 5.23 transformers' `_is_overridden` routes `activation_checkpointing_enable` through it; PeftModel
+   forwards both names to the base model. The wrapper enables the model's own mode whatever the caller asked; mode
+   False turns enables into no-ops (warned once). It is a bound method (`types.MethodType`) so `copy.deepcopy` rebinds
+   it to the copy.
 5. The input-embedding `requires_grad` hook (without it LoRA in layer 0 gets no gradient under checkpointing) is
    registered once; transformers' enable registers another one on every call.
 """

@@ -40,6 +40,7 @@ from trl.trainer.base_trainer import _BaseTrainer
 from trl.trainer.utils import identity
 
 from ..patches.setup.trainer_setup import make_training_step, trainer_init_maker
+from ..training.adapter_resume import restore_root_adapter
 from . import core
 from .checkpoint import load_ppo_state, load_value_weights, save_ppo_state, save_value_weights
 from .config import PPOConfig
@@ -195,6 +196,7 @@ class PPOTrainer(RolloutPhase, _BaseTrainer):
                 resume_from_checkpoint, self.accelerator.device
             )
             self._metrics["train"] = defaultdict(list, metrics)
+            restore_root_adapter(self.model, resume_from_checkpoint)  # the policy's, beside the value adapter
         self._train_start = time.time()
         return super().train(
             resume_from_checkpoint=resume_from_checkpoint or None,
