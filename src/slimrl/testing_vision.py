@@ -73,7 +73,7 @@ def _qwen_processor(kind: str, tokenizer, image_tokens_side: int = 2):
     template = _chat_template("<|vision_start|><|image_pad|><|vision_end|>")
     try:
         return processor_class(image_processor=image_processor, tokenizer=tokenizer, chat_template=template)
-    except (AttributeError, ImportError, ValueError):  # no torchvision: no video processor
+    except (AttributeError, ImportError, TypeError, ValueError):  # no torchvision: no video processor
         return image_processor_only(processor_class)(image_processor, tokenizer, chat_template=template)
 
 
