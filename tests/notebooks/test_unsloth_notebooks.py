@@ -2,9 +2,11 @@
 tests/notebooks/unsloth/ (vendored unmodified from github.com/unslothai/notebooks, LGPL-3.0: README.md there) is
 rewritten by scripts/unsloth_notebook.py as a user would rewrite it (imports, model, device, 2 training steps,
 `fast_inference = False`; --datasets: its Hub datasets served from the stand-ins of tests/notebooks/unsloth/datasets;
---max-seq-length 384) and run in its own process, patching on import. Plain mode only: generation through
-transformers. A notebook must get as far as its row of ENDS says: to its end (exit 0) or, where a later cell needs
-vLLM, to that cell, which must then be the one that fails, for want of vLLM, after the notebook's training. Each run's
+--max-seq-length 384) and run in its own process, patching on import. Plain: generation through transformers; a
+notebook must get as far as its row of ENDS says: to its end (exit 0) or, where a later cell needs vLLM, to that
+cell, which must then be the one that fails, for want of vLLM, after the notebook's training. With vLLM (the
+rewriter's --vllm: `fast_inference = True`, on a CPU the engine's share of RAM 0.1 and an eager engine; run in
+.venv-vllm by the tier's vLLM half): each notebook that has `fast_inference` runs to its end (VLLM_ENDS). Each run's
 wall time is printed (`pytest -rP` shows it); with SLIMRL_NOTEBOOKS_RESULTS=PATH it is also written to that results
 file (bench/_common.py's provenance, one row per notebook)."""
 
@@ -42,15 +44,21 @@ ENDS = {
 }
 
 
+# fast_inference = True: training with vLLM rollouts, fast_generate before and after save_lora / load_lora
+VLLM_ENDS = {"Qwen3_(4B)-GRPO.py": Ends(saved=("grpo_saved_lora/adapter_model.safetensors",))}
+
+
 def test_every_vendored_notebook_is_checked():
     assert {p.name for p in VENDORED.glob("*.py")} == set(ENDS)
+    has_engine = {p.name for p in VENDORED.glob("*.py") if "fast_inference" in p.read_text()}
+    assert has_engine == set(VLLM_ENDS)
     assert (VENDORED / "LICENSE").is_file() and "bdda2efc" in (VENDORED / "README.md").read_text()
 
 
-def _run(notebook: pathlib.Path, cwd: pathlib.Path) -> tuple[subprocess.CompletedProcess, float]:
+def _run(notebook: pathlib.Path, cwd: pathlib.Path, vllm: bool = False) -> tuple[subprocess.CompletedProcess, float]:
     script = cwd / "notebook.py"
     rewrite = [sys.executable, str(ROOT / "scripts" / "unsloth_notebook.py"), str(notebook), "--out", str(script)]
-    subprocess.run(rewrite + REWRITE, check=True, capture_output=True, text=True)
+    subprocess.run(rewrite + REWRITE + ["--vllm"] * vllm, check=True, capture_output=True, text=True)
     env = {k: v for k, v in os.environ.items() if k != "SLIMRL_NO_AUTO_PATCH"}  # a user's environment
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     env.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
@@ -89,3 +97,17 @@ def test_unsloth_notebook_runs_to_where_it_must(name, tmp_path):
     for saved in ends.saved:
         assert (tmp_path / saved).is_file(), f"{name} did not save {saved}"
     _record(name, "exits 0" if ends.vllm_cell is None else f"stops at `{ends.vllm_cell}`", wall_s)
+
+
+@pytest.mark.parametrize("name", sorted(VLLM_ENDS))
+def test_unsloth_notebook_runs_to_its_end_with_vllm(name, tmp_path):
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed in this interpreter (bash scripts/install_vllm.sh, then .venv-vllm)")
+    ends = VLLM_ENDS[name]
+    proc, wall_s = _run(VENDORED / name, tmp_path, vllm=True)
+    assert proc.returncode == 0, f"{name} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+    for text in ends.printed:
+        assert text in proc.stdout + proc.stderr, f"{name}: {text} not printed"
+    for saved in ends.saved:
+        assert (tmp_path / saved).is_file(), f"{name} did not save {saved}"
+    _record(f"{name} (vLLM)", "exits 0", wall_s)

@@ -127,3 +127,23 @@ def test_without_the_options_datasets_and_lengths_are_untouched(tmp_path):  # th
     src.write_text(DATA)
     assert nb.main([str(src), "--out", str(out)]) == 0
     assert out.read_text().endswith("\n\n" + DATA)
+
+
+ENGINE = "model = FastLanguageModel.from_pretrained(fast_inference = True, gpu_memory_utilization = 0.9, # lower\n)\n"
+
+
+@pytest.mark.parametrize(
+    "text, vllm, device, expected",
+    [
+        (ENGINE, True, "cpu", 'gpu_memory_utilization = 0.1, vllm_engine_kwargs = {"enforce_eager": True}, # lower'),
+        (ENGINE + "kw = dict(vllm_engine_kwargs = {})\n", True, "cpu", "gpu_memory_utilization = 0.1, # lower"),
+        (ENGINE, False, "cpu", "gpu_memory_utilization = 0.9, # lower"),  # no engine: untouched (the control)
+        (ENGINE, True, "cuda", "gpu_memory_utilization = 0.9, # lower"),  # a GPU's share: untouched
+    ],
+)
+def test_a_cpu_engine_takes_a_tenth_of_ram_and_starts_eager(text, vllm, device, expected):
+    out, changes = nb.transform(text, vllm=vllm, device=device)
+    assert expected in out and out.count("vllm_engine_kwargs") == text.count("vllm_engine_kwargs") + (
+        "enforce_eager" in expected
+    )
+    assert any("share of RAM" in c for c in changes) is (vllm and device == "cpu")
