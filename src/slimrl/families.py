@@ -14,5 +14,6 @@ UNPAIRED = ("kto",)  # one labelled row per example
 NO_REFERENCE = ("orpo", "cpo")  # no reference model at all
 SHARED_PREFIX = (*ONLINE, "dpo")  # slimrl's shared-prefix forwards apply
 PLANNED = (*ONLINE, "dpo", "kto", "orpo", "cpo")  # `slimrl.plan` / `slimrl plan` and the longest-completion search
+REWARD_FUNCTIONS = (*ONLINE, "online_dpo", "a2po")  # call reward functions on their own completions
 CLI_PREFERENCE = ("dpo", "orpo", "kto")  # the `slimrl` preference commands (built-in preference data)
 CLI_PLANNED = ("grpo", "dpo", "orpo", "kto")  # the training commands `slimrl plan` plans

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .families import ONLINE, PAIRED
+from .families import ONLINE, PAIRED, REWARD_FUNCTIONS
 from .state import AUTO_CHUNKS
 
 AUTO = "auto"
@@ -75,7 +75,7 @@ TABLE = (
     ConfigField(
         REWARD_ERRORS,
         "raise",
-        (*ONLINE, "online_dpo", "a2po"),
+        REWARD_FUNCTIONS,
         "A reward function that raises or returns an unusable value: 'raise' stops with the function, prompt and "
         "completion named; 'skip' scores that completion NaN and counts it (metric rewards/<name>/errors).",
         flag_type=str,
