@@ -254,8 +254,19 @@ def load_model_and_tokenizer(
             max_positions,
             max_positions,
         )
-    model.max_seq_length = max_seq_length
-    state = model_state(model)
-    state.tokenizer, state.dtype, state.model_name = tokenizer, chosen, adapters.requested_model_name(model_name)
+    record_load(model, max_seq_length, tokenizer, chosen, model_name)
     logger.info("slimrl: loaded in %.2f s", time.perf_counter() - start)
     return model, tokenizer, options
+
+
+def set_max_seq_length(model, max_seq_length: int) -> None:
+    """`model.max_seq_length`, Unsloth's attribute (the trainers check `max_length` against it): its one writer."""
+    model.max_seq_length = max_seq_length
+
+
+def record_load(model, max_seq_length: int, tokenizer, dtype, model_name) -> None:
+    """What a load leaves on the model (text or image-text): its max_seq_length, and in its ModelState the tokenizer
+    (or processor), the weights' dtype and the name the user asked for."""
+    set_max_seq_length(model, max_seq_length)
+    state = model_state(model)
+    state.tokenizer, state.dtype, state.model_name = tokenizer, dtype, adapters.requested_model_name(model_name)

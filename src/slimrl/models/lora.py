@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ..state import set_peft_owner
-from . import adapters, checkpointing, liger, lora_speed
+from . import adapters, checkpointing, liger, loading, lora_speed
 
 logger = logging.getLogger("slimrl")
 
@@ -117,7 +117,7 @@ def get_peft_model(
 
     max_seq_length = peft_kwargs.pop("max_seq_length", None)
     if max_seq_length is not None:
-        model.max_seq_length = max_seq_length
+        loading.set_max_seq_length(model, max_seq_length)
     for key in _UNSLOTH_ONLY:
         if key in peft_kwargs:
             warnings.warn(

@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import os
 
-from ..state import model_state
 from . import adapters, chat_template_ids, checkpointing, embedded, layer_selection, loading, quantization
 from .lora import decoder_layers, is_linear
 
@@ -162,9 +161,7 @@ def load_image_text_model(
     tokenizer = getattr(processor, "tokenizer", processor)
     loading.prepare_tokenizer(tokenizer, model)
     chat_template_ids.swap_in(tokenizer)
-    model.max_seq_length = max_seq_length
-    state = model_state(model)
-    state.tokenizer, state.dtype, state.model_name = processor, chosen, adapters.requested_model_name(model_name)
+    loading.record_load(model, max_seq_length, processor, chosen, model_name)
     if "use_gradient_checkpointing" in options:
         checkpointing.apply_checkpointing(model, options["use_gradient_checkpointing"])
     return model, processor
