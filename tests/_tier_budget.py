@@ -43,9 +43,6 @@ MOVED_TO_SLOW: dict[str, str] = {
         )
         for c in ("dpo-15", "rloo-15")
     },
-    "tests/test_architecture_step.py::test_the_page_lists_the_files_one_grpo_step_enters": "8 s CPU tracing one "
-    "patched GRPO step in a fresh interpreter; the page check's control and the downward-imports check stay in the "
-    "default tier",
     "tests/test_architecture.py::test_registry_import_imports_no_trl": "8 s CPU of a fresh interpreter importing "
     "torch; the registry's declarative shape (every module a PATCHES list) stays in the default tier",
     "tests/bench/test_gpu_memory_bench.py::test_plan_follows_each_arm": "4 s CPU; the same file's check of the plan "
