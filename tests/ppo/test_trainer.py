@@ -9,6 +9,7 @@ import torch
 
 from slimrl.ppo import PPOConfig, PPOTrainer
 
+from _harness import largest_allocation  # tests/patches/_harness.py, on pytest's pythonpath
 from _ppo_helpers import (
     VOCAB,
     logged,
@@ -285,31 +286,6 @@ def test_config_checks_name_the_field(tmp_path):
     assert isinstance(args, PPOConfig) and args.max_completion_length == args.response_length
 
 
-def _largest_new_tensor(run) -> int:
-    """Elements of the largest storage any op allocates while `run()` runs (views and in-place results of an input
-    share its storage and are not allocations)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-
-    def storages(tree):
-        return {t.untyped_storage().data_ptr() for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)}
-
-    class LargestNew(TorchDispatchMode):
-        largest = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            inputs = storages((args, kwargs))
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
-                    self.largest = max(self.largest, t.untyped_storage().nbytes() // t.element_size())
-            return out
-
-    with LargestNew() as recorder:
-        run()
-    return recorder.largest
-
-
 CHUNKED_VOCAB = 4096  # B x C x V (8 x 8 x 4096 = 262k) dwarfs every weight (V x H = 131k) and activation
 
 
@@ -325,7 +301,7 @@ def _step_peak(tmp_path, num_chunks: int) -> tuple[int, int, int, int]:
         train_dataset=prompts(),
         peft_config=lora_config(),
     )
-    largest = _largest_new_tensor(trainer.train)
+    largest = largest_allocation(trainer.train)
     batch = trainer._buffer
     return largest, batch.input_ids.shape[0], batch.response_mask.shape[1], batch.input_ids.shape[1]
 
@@ -344,5 +320,5 @@ def test_no_tensor_of_batch_x_length_x_vocab_is_allocated(tmp_path):
     assert unchunked >= response_logits, (unchunked, response_logits)
     model, ids = tiny_llama(vocab_size=CHUNKED_VOCAB), torch.randint(3, CHUNKED_VOCAB, (rows, width))
     with torch.no_grad():
-        full = _largest_new_tensor(lambda: model(input_ids=ids))
+        full = largest_allocation(lambda: model(input_ids=ids))
     assert full >= rows * width * CHUNKED_VOCAB > response_logits
