@@ -62,7 +62,7 @@ def test_grpo_help_shows_every_flag_with_its_default(capsys):
         "--config",
     ):
         assert flag in out, flag
-    assert "slimrl CLI default: 0.0002 (TRL: 1e-06)" in out
+    assert "slimrl CLI default: 0.0004 (TRL: 1e-06)" in out
     assert "(default: smollm2-135m)" in out
     import dataclasses
 
@@ -112,7 +112,7 @@ def test_yaml_config_then_cli_override(tmp_path, monkeypatch):
     task_args, model_args, args = parse_grpo_args(["--config", str(config), "--max_steps", "9", "--lora_r", "8"])
     assert args.learning_rate == 3e-4 and args.max_steps == 9 and model_args.lora_r == 8
     assert task_args.num_eval_samples == 5 and os.environ["SLIMRL_TEST_ENV"] == "hello"
-    assert args.beta == CLI_DEFAULTS["beta"][0]  # untouched by the YAML: CLI default
+    assert args.max_completion_length == CLI_DEFAULTS["max_completion_length"][0]  # untouched by the YAML
     bad = tmp_path / "bad.yaml"
     bad.write_text("not_a_flag: 1\nbf16: false\n")
     with pytest.raises(ValueError, match="not_a_flag"):
@@ -211,9 +211,10 @@ def test_two_step_run_leaves_adapter_metrics_plot_and_generate_works(tmp_path, r
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     step_rows = [r for r in rows if "reward" in r]
     assert [r["step"] for r in step_rows] == [1, 2]
-    assert {"rewards/format_reward/mean", "rewards/correctness_reward/mean", "kl", "completions/mean_length"} <= set(
+    assert {"rewards/format_reward/mean", "rewards/correctness_reward/mean", "completions/mean_length"} <= set(
         step_rows[0]
     )
+    assert "kl" not in step_rows[0]  # TRL's beta 0: no KL term, no reference forward
     summary = json.loads((out / "eval.json").read_text())
     assert summary["eval_before"]["n"] == 4 and 0.0 <= summary["accuracy_after"] <= 1.0
 
