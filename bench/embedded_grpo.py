@@ -2,6 +2,7 @@
 
 Usage: python bench/embedded_grpo.py [--threads N] [--output_dir DIR] [-- extra slimrl grpo flags]
        python bench/embedded_grpo.py --spread [--seeds 1 2 3] [--precisions float32 bfloat16] [--thread_counts 1 2]
+       python bench/embedded_grpo.py --merge PART.json [PART.json ...] --json OUT.json [--note TEXT]
 The command runs in a subprocess (exactly what a user types), with OMP/MKL threads pinned (default 1: the machine may
 be shared; use 2 on an idle 2-core box). Prints the reward curve summary from metrics.jsonl and eval.json, and
 writes bench/results/embedded_grpo.json.
@@ -10,6 +11,10 @@ writes bench/results/embedded_grpo.json.
 itself), and writes the list `runs` (seed, precision, threads, cpu, accuracy_before, accuracy_after, wall_s) with the
 worst and best held-out accuracy after training and the longest wall time: the main job's result on other CPUs'
 rounding (threads, bf16) and other draws (seed).
+
+`--merge` joins several `--spread` results files into one (for example one-thread parts run at the same time, each
+pinned to a core of its own): their runs in one list, the worst, best and longest taken over all of them, and each
+part's provenance kept beside a note on how the parts ran.
 """
 
 from __future__ import annotations
@@ -133,6 +138,26 @@ def one_run(args: argparse.Namespace, precision: str, threads: int, seed: int) -
     return row
 
 
+def spread_summary(runs: list[dict]) -> dict:
+    """The results of a list of runs: the runs, how many failed, and the worst / best accuracy over those that
+    finished and the longest wall time over all."""
+    done = [r for r in runs if r["returncode"] == 0]
+    return {
+        "runs": runs,
+        "failed": len(runs) - len(done),
+        "worst_accuracy_after": min((r["accuracy_after"] for r in done), default=None),
+        "best_accuracy_after": max((r["accuracy_after"] for r in done), default=None),
+        "longest_wall_s": max((r["wall_s"] for r in runs), default=None),
+    }
+
+
+def report(path: str, result: dict) -> int:
+    """Print the summary, write the results file; 0 only when there were runs and every one finished."""
+    print(json.dumps({k: v for k, v in result.items() if k not in ("runs", "parts")}, indent=2))
+    write_results(path, result)
+    return 0 if result["runs"] and not result["failed"] else 1
+
+
 def spread(argv: list[str]) -> int:
     """Every (precision, threads, seed) of the command line, one run each; the results file holds them all."""
     args = spread_arguments(argv)
@@ -142,22 +167,31 @@ def spread(argv: list[str]) -> int:
         for threads in args.thread_counts
         for seed in args.seeds
     ]
-    done = [r for r in runs if r["returncode"] == 0]
-    result = {
-        "runs": runs,
-        "failed": len(runs) - len(done),
-        "worst_accuracy_after": min((r["accuracy_after"] for r in done), default=None),
-        "best_accuracy_after": max((r["accuracy_after"] for r in done), default=None),
-        "longest_wall_s": max((r["wall_s"] for r in runs), default=None),
-    }
-    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2))
-    write_results(args.json, result)
-    return 0 if done and len(done) == len(runs) else 1
+    return report(args.json, spread_summary(runs))
+
+
+def merge(argv: list[str]) -> int:
+    """Several --spread results files as one: every part's runs, the summary over all, each part's provenance."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--merge", action="store_true", required=True)
+    parser.add_argument("parts", nargs="+", help="--spread results files")
+    parser.add_argument("--json", required=True, help="the joined results file")
+    parser.add_argument("--note", default="", help="how the parts ran (for example: at the same time, one per core)")
+    args = parser.parse_args(argv)
+    runs, parts = [], []
+    for path in args.parts:
+        with open(path) as f:
+            data = json.load(f)
+        runs += data["runs"]
+        parts.append({"file": os.path.basename(path), "provenance": data["provenance"]})
+    return report(args.json, {**spread_summary(runs), "parts": parts, "note": args.note})
 
 
 def main() -> int:
     if "--spread" in sys.argv[1:]:
         return spread(sys.argv[1:])
+    if "--merge" in sys.argv[1:]:
+        return merge(sys.argv[1:])
     done = run_and_summarize("grpo", summarize)
     if isinstance(done, int):
         return done

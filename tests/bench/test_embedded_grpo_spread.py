@@ -1,6 +1,7 @@
 """bench/embedded_grpo.py --spread (no training: the command is replaced by one that writes an output folder): one
 row of `runs` per (precision, threads, seed) with the fields the main job's spread is judged by, the worst accuracy
-taken over every run, and a failed run counted (not dropped) and failing the command."""
+taken over every run, and a failed run counted (not dropped) and failing the command; --merge joins parts into
+one file whose summary is taken over every part."""
 
 import json
 import os
@@ -55,3 +56,29 @@ def test_a_failed_run_is_kept_and_fails_the_command(tmp_path, monkeypatch):
     data = json.loads(results.read_text())
     assert data["failed"] == 1 and [r["returncode"] for r in data["runs"]] == [0, 1]
     assert data["worst_accuracy_after"] == 0.61  # over the runs that finished
+
+
+def test_merge_joins_the_parts_and_takes_the_worst_over_all(tmp_path, monkeypatch):
+    monkeypatch.setattr(embedded_grpo, "ROOT", str(tmp_path))
+    monkeypatch.setattr(embedded_grpo, "run_cli", fake_cli(tmp_path))
+    common = ["--spread", "--thread_counts", "1", "--output_dir", "runs"]
+    for precision, seed in (("float32", "3"), ("bfloat16", "1")):
+        argv = common + ["--precisions", precision, "--seeds", seed, "--json", str(tmp_path / f"{precision}.json")]
+        assert embedded_grpo.spread(argv) == 0
+    parts = [str(tmp_path / "float32.json"), str(tmp_path / "bfloat16.json")]
+    joined = tmp_path / "joined.json"
+    assert embedded_grpo.merge(["--merge", *parts, "--json", str(joined), "--note", "one core each"]) == 0
+    data = json.loads(joined.read_text())
+    assert [(r["precision"], r["seed"]) for r in data["runs"]] == [("float32", 3), ("bfloat16", 1)]
+    assert data["worst_accuracy_after"] == 0.61 and data["best_accuracy_after"] == 0.63  # across the two parts
+    assert [p["file"] for p in data["parts"]] == ["float32.json", "bfloat16.json"] and data["note"] == "one core each"
+    assert all("commit" in p["provenance"] for p in data["parts"])
+
+
+def test_merge_fails_when_a_part_holds_a_failed_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(embedded_grpo, "ROOT", str(tmp_path))
+    monkeypatch.setattr(embedded_grpo, "run_cli", fake_cli(tmp_path, fail_seed=2))
+    part = tmp_path / "part.json"
+    argv = ["--spread", "--seeds", "1", "2", "--precisions", "float32", "--thread_counts", "1", "--json", str(part)]
+    assert embedded_grpo.spread(argv + ["--output_dir", "runs"]) == 1
+    assert embedded_grpo.merge(["--merge", str(part), "--json", str(tmp_path / "joined.json")]) == 1
