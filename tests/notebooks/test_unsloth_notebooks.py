@@ -8,7 +8,9 @@ cell, which must then be the one that fails, for want of vLLM, after the noteboo
 rewriter's --vllm: `fast_inference = True`, on a CPU the engine's share of RAM 0.1 and an eager engine; run in
 .venv-vllm by the tier's vLLM half): each notebook that has `fast_inference` runs to its end (VLLM_ENDS). Each run's
 wall time is printed (`pytest -rP` shows it); with SLIMRL_NOTEBOOKS_RESULTS=PATH it is also written to that results
-file (bench/_common.py's provenance, one row per notebook)."""
+file (bench/_common.py's provenance, one row per notebook). A notebook gets OMP_NUM_THREADS = the usable cores
+unless the caller set it; SLIMRL_NOTEBOOKS_THREADS=torch leaves it unset, as in a user's notebook (torch's own choice
+and slimrl's busy-machine policy: bench/notebooks_unsloth.py)."""
 
 import importlib.util
 import json
@@ -61,7 +63,8 @@ def _run(notebook: pathlib.Path, cwd: pathlib.Path, vllm: bool = False) -> tuple
     subprocess.run(rewrite + REWRITE + ["--vllm"] * vllm, check=True, capture_output=True, text=True)
     env = {k: v for k, v in os.environ.items() if k != "SLIMRL_NO_AUTO_PATCH"}  # a user's environment
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
-    env.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+    if os.environ.get("SLIMRL_NOTEBOOKS_THREADS") != "torch":
+        env.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
     start = time.monotonic()
     proc = subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
     return proc, time.monotonic() - start
