@@ -1,8 +1,8 @@
 """The bare `slimrl grpo` on the embedded SmolLM2-135M (about 10 min on 2 CPU cores, every core): reward and held-out
 accuracy rise.
 
-It runs with `--seed 1`, not the default seed the README's measured run used, so the nightly tier is also a second,
-independent check that the gain is robust (other problems held out, other worked examples, other samples).
+It runs with `--seed 1`, one of the three seeds of the measured spread (docs/cli.md, "Measured"), and holds the run to
+the spread's floor: held-out accuracy at least 0.6 after training, whatever this CPU's rounding.
 """
 
 import json
@@ -30,7 +30,8 @@ def test_default_command_raises_reward_and_accuracy(tmp_path, all_cores):
     assert last > first + 0.2, (first, last)
     summary = json.loads((out / "eval.json").read_text())
     assert summary["eval_before"]["n"] == 128
-    # held-out greedy accuracy must rise by more than noise: 0.05 is ~1 standard error at n=128
+    # held-out greedy accuracy must rise by more than noise (0.05 is ~1 standard error at n=128), to the recipe's floor
     assert summary["accuracy_after"] > summary["accuracy_before"] + 0.05, summary
+    assert summary["accuracy_after"] >= 0.6, summary
     for name in ("adapter_model.safetensors", "training_curves.png"):
         assert (out / name).is_file()
