@@ -22,6 +22,7 @@ REFUSALS = (
     (r"load_in_fp8\s*=\s*True|['\"][^'\"\n]*(?:fp8|FP8)[^'\"\n]*['\"]", "FP8 training needs FP8 hardware kernels"),
     (r"[Dd]iffusion|dLLM|LLaDA", "diffusion language models are not supported"),
 )
+EMBEDDED = "smollm2-135m"  # a Llama-architecture model
 _MODULES = (("unsloth_zoo", "slimrl"), ("unsloth", "slimrl"))
 # load_dataset("<id>"[, "<config>"]: the Hub id, then the rest of the call up to its closing parenthesis
 _LOAD = re.compile(r"""load_dataset\(\s*(['"])([^'"]+)\1(?:\s*,\s*(['"])[^'"]*\3)?([^()]*)\)""")
@@ -78,12 +79,36 @@ def redirect_datasets(text: str, directory: Path, changes: list[str]) -> str:
         changes.append(f'dataset "{hub_id}" -> {path.name} (local stand-in)')
         return f'load_dataset("json", data_files = {{"{split.group(1) if split else "train"}": "{path}"}}{rest})'
 
-    return _LOAD.sub(repl, text)
+    text = _LOAD.sub(repl, text)
+    if re.search(r"load_dataset\(\s*[A-Za-z_]", text):  # an id held in a variable: resolved when the call runs
+        changes.append("load_dataset(<variable id>) -> its stand-in when it runs")
+        text = RUNTIME_STAND_INS.format(directory=str(directory), builders=sorted(_BUILDERS)) + text
+    return text
+
+
+# Prepended for load_dataset calls whose Hub id is not a literal (Zephyr's dataset mixer): the same rule at run time
+RUNTIME_STAND_INS = """import datasets as _datasets
+
+
+def _stand_in(path, *args, _load=_datasets.load_dataset, **kwargs):  # added by scripts/unsloth_notebook.py
+    if not isinstance(path, str) or path in {builders} or path.startswith((".", "/")):
+        return _load(path, *args, **kwargs)
+    file = "{directory}/" + path.replace("/", "__") + ".jsonl"
+    import os
+
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"no stand-in for load_dataset({{path!r}}): expected {{file}}")
+    kwargs.pop("name", None)
+    return _load("json", data_files={{kwargs.get("split") or "train": file}}, **kwargs)
+
+
+_datasets.load_dataset = _stand_in
+"""
 
 
 def cap_seq_length(text: str, cap: int, changes: list[str]) -> str:
-    """Each literal `max_seq_length = N` above cap becomes cap (a model swap: the embedded model trains and generates
-    on a CPU, where the notebooks' 1024-4096 tokens of completions take minutes a step)."""
+    """Each literal `max_seq_length = N` and `max_length = N` above cap becomes cap (a model swap: the embedded model
+    trains and generates on a CPU, where the notebooks' 1024-4096 tokens of completions take minutes a step)."""
 
     capped = []
 
@@ -93,23 +118,51 @@ def cap_seq_length(text: str, cap: int, changes: list[str]) -> str:
 
     text = re.sub(r"^(\s*max_seq_length\s*=\s*)(\d+)", repl, text, flags=re.M)
     changes.extend([f"max_seq_length capped at {cap} ({len(capped)}x)"] if capped else [])
+    capped.clear()  # a trainer's max_length above the model's max_seq_length is refused: it gets the same cap
+    text = re.sub(r"^(\s*max_length\s*=\s*)(\d+)", repl, text, flags=re.M)
+    changes.extend([f"max_length capped at {cap} ({len(capped)}x)"] if capped else [])
     return text
 
 
-def transform(text: str, steps: int = 2, model: str = "smollm2-135m", device: str = "cpu", vllm: bool = False):
+def transform(text: str, steps: int = 2, model: str = EMBEDDED, device: str = "cpu", vllm: bool = False):
     """(rewritten text, list of changes)."""
     changes: list[str] = []
     text = _sub(text, r"^\s*[!%].*$", "", "removed pip/magic lines", changes, re.M)
     text = _sub(text, r"^\s*(?:import\s+subprocess.*|.*pip install.*)$", "", "removed install lines", changes, re.M)
     for old, new in _MODULES:
         text = _sub(text, rf"\b(from|import)\s+{old}\b", rf"\1 {new}", f"{old} imports -> {new}", changes)
-    text = _sub(text, r"model_name\s*=\s*['\"][^'\"]+['\"]", f'model_name = "{model}"', f"model -> {model}", changes)
+    text = _sub(text, r"^\s*assert\s+[\w.]+\.__version__\b.*$", "", "removed release asserts", changes, re.M)
+    pattern = r"\b(model_name)\s*=\s*['\"][^'\"]+['\"]"
+    text = _sub(text, pattern, rf'\1 = "{model}"', f"model -> {model}", changes, re.I)
+    if model == EMBEDDED:
+        text = llama_targets(text, changes)
     text = _sub(text, r"['\"]cuda(?::\d+)?['\"]", f'"{device}"', f'"cuda" -> "{device}"', changes)
     text = _sub(text, r"max_steps\s*=\s*\d+", f"max_steps = {steps}", f"max_steps capped at {steps}", changes)
     text = _sub(text, r"fast_inference\s*=\s*\w+", f"fast_inference = {vllm}", f"fast_inference = {vllm}", changes)
     if vllm and device == "cpu":
         text = engine_on_cpu(text, changes)
     return text, changes
+
+
+# LoRA targets of the notebooks' other architectures -> the Llama projection in the same role (None: no such layer)
+LLAMA_ROLES = {"out_proj": "o_proj", "w1": "gate_proj", "w3": "up_proj", "w2": "down_proj", "in_proj": None}
+_TARGETS = re.compile(r"(target_modules\s*=\s*)\[([^\]]*)\]")
+
+
+def llama_targets(text: str, changes: list[str]) -> str:
+    """Each literal `target_modules = [...]` naming another architecture's layers (LFM2's out_proj, in_proj, w1-w3)
+    names the embedded Llama model's layers in the same roles instead; a list of Llama names is left as it is."""
+
+    def repl(m: re.Match) -> str:
+        names = re.findall(r"['\"](\w+)['\"]", m.group(2))
+        if not any(name in LLAMA_ROLES for name in names):
+            return m.group(0)
+        mapped = dict.fromkeys(LLAMA_ROLES.get(name, name) for name in names)
+        kept = [name for name in mapped if name is not None]
+        changes.append(f"target_modules {names} -> {kept} (the embedded Llama model's layers)")
+        return m.group(1) + "[" + ", ".join(f'"{name}"' for name in kept) + "]"
+
+    return _TARGETS.sub(repl, text)
 
 
 CPU_ENGINE_SHARE = 0.1  # of the machine's RAM: a 135M model's engine needs far less than a GPU notebook's 0.5-0.9
@@ -131,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("notebook", type=Path)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--model", default=EMBEDDED)
     p.add_argument("--device", default="cpu")
     p.add_argument("--vllm", action="store_true")
     p.add_argument("--datasets", type=Path, help="folder of stand-ins: <hub id with / as __>.jsonl")

@@ -83,6 +83,9 @@ c = load_dataset("json", data_files = "mine.jsonl")
 d = load_dataset(name, split = split)
 max_seq_length = 4096
 max_seq_length = 256
+args = Config(
+    max_length = 1024,
+)
 """
 
 
@@ -103,14 +106,39 @@ def test_datasets_served_from_stand_ins_and_seq_length_capped(tmp_path):
     assert f'a = load_dataset("json", data_files = {{"train": "{gsm8k}"}}, split = "train")' in text  # config dropped
     assert f'b = load_dataset("json", data_files = {{"train": "{pairs}"}})["train"]' in text
     assert 'c = load_dataset("json", data_files = "mine.jsonl")' in text  # a builder, not a Hub id
-    assert "d = load_dataset(name, split = split)" in text  # not a literal id: left alone
+    assert "d = load_dataset(name, split = split)" in text  # not a literal id: served when it runs (below)
     assert "max_seq_length = 384\nmax_seq_length = 256\n" in text  # capped, never raised
+    assert "    max_length = 384,\n" in text and "# - max_length capped at 384 (1x)" in text
     assert '# - dataset "openai/gsm8k" -> openai__gsm8k.jsonl (local stand-in)' in text
     assert "# - max_seq_length capped at 384 (1x)" in text
     from datasets import load_dataset  # the rewritten calls load, with the stand-in's columns
 
     row = eval(text.split("a = ", 1)[1].splitlines()[0], {"load_dataset": load_dataset})[0]
     assert row == {"question": "1 + 1?", "answer": "#### 2"}
+
+
+def test_a_variable_dataset_id_is_served_from_its_stand_in_when_it_runs(tmp_path):
+    src, out, folder = tmp_path / "n.py", tmp_path / "o.py", _stand_ins(tmp_path)
+    src.write_text(DATA)
+    assert nb.main([str(src), "--out", str(out), "--datasets", str(folder)]) == 0
+    text = out.read_text()
+    assert "# - load_dataset(<variable id>) -> its stand-in when it runs" in text
+    shim = text.split("\n\n", 1)[1].split("from datasets import load_dataset")[0]
+    import datasets
+
+    before = datasets.load_dataset
+    try:
+        exec(shim, {})
+        rows = datasets.load_dataset("org/pairs", split="test_prefs")  # Zephyr's call: an id held in a variable
+        assert rows[0] == {"question": "1 + 1?", "answer": "#### 2"}
+        with pytest.raises(FileNotFoundError, match="org__other.jsonl"):
+            datasets.load_dataset("org/other", split="train")
+    finally:
+        datasets.load_dataset = before
+    literal_only = "\n".join(line for line in DATA.splitlines() if not line.startswith("d ="))
+    src.write_text(literal_only)
+    assert nb.main([str(src), "--out", str(out), "--datasets", str(folder)]) == 0
+    assert "_stand_in" not in out.read_text()  # the negative control: literal ids need nothing at run time
 
 
 def test_a_dataset_without_stand_in_is_refused(tmp_path, capsys):
@@ -147,3 +175,31 @@ def test_a_cpu_engine_takes_a_tenth_of_ram_and_starts_eager(text, vllm, device, 
         "enforce_eager" in expected
     )
     assert any("share of RAM" in c for c in changes) is (vllm and device == "cpu")
+
+
+LFM2_TARGETS = """model = FastLanguageModel.get_peft_model(model,
+    target_modules = [
+        "q_proj", "k_proj", "v_proj", "out_proj", "in_proj",
+        "w1", "w2", "w3"
+    ],
+)
+"""
+
+
+def test_another_architectures_lora_targets_name_the_embedded_models_layers():
+    text, changes = nb.transform(LFM2_TARGETS)
+    assert 'target_modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "down_proj", "up_proj"]' in text
+    assert "in_proj" not in text and any("the embedded Llama model's layers" in c for c in changes)
+    llama = 'target_modules = ["q_proj", "v_proj"],\n'
+    assert nb.transform(llama)[0] == llama  # already Llama's names: the negative control
+    assert nb.transform(LFM2_TARGETS, model="./my-lfm2")[0] == LFM2_TARGETS  # another model keeps the notebook's
+
+
+def test_an_upper_case_model_constant_and_a_release_assert():
+    text, changes = nb.transform(
+        'MODEL_NAME = "unsloth/Muse-30B"\nassert transformers.__version__ == "5.15.0", transformers.__version__\n'
+        "print(transformers.__version__)\n"
+    )
+    assert 'MODEL_NAME = "smollm2-135m"' in text and "assert" not in text
+    assert "print(transformers.__version__)" in text  # only the assert goes: its install line is removed too
+    assert "removed release asserts (1x)" in changes
