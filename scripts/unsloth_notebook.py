@@ -136,6 +136,7 @@ def transform(text: str, steps: int = 2, model: str = EMBEDDED, device: str = "c
     text = _sub(text, pattern, rf'\1 = "{model}"', f"model -> {model}", changes, re.I)
     if model == EMBEDDED:
         text = llama_targets(text, changes)
+        text = _sub(text, r"^reasoning_(start|end) = None$", reasoning_tag, REASONING_NOTE, changes, re.M)
     text = _sub(text, r"['\"]cuda(?::\d+)?['\"]", f'"{device}"', f'"cuda" -> "{device}"', changes)
     text = _sub(text, r"max_steps\s*=\s*\d+", f"max_steps = {steps}", f"max_steps capped at {steps}", changes)
     text = _sub(text, r"fast_inference\s*=\s*\w+", f"fast_inference = {vllm}", f"fast_inference = {vllm}", changes)
@@ -163,6 +164,15 @@ def llama_targets(text: str, changes: list[str]) -> str:
         return m.group(1) + "[" + ", ".join(f'"{name}"' for name in kept) + "]"
 
     return _TARGETS.sub(repl, text)
+
+
+REASONING_NOTE = "reasoning tags as text: <think> / </think> (the embedded model has no such added tokens)"
+
+
+def reasoning_tag(m: re.Match) -> str:
+    """DeepSeek-R1's notebook finds its reasoning tags among the model's added tokens and leaves them None when there
+    are none (the embedded model), which its reward functions then count: they start as the text tags instead."""
+    return f'reasoning_{m.group(1)} = "{"<think>" if m.group(1) == "start" else "</think>"}"'
 
 
 CPU_ENGINE_SHARE = 0.1  # of the machine's RAM: a 135M model's engine needs far less than a GPU notebook's 0.5-0.9

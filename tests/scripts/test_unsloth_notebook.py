@@ -203,3 +203,11 @@ def test_an_upper_case_model_constant_and_a_release_assert():
     assert 'MODEL_NAME = "smollm2-135m"' in text and "assert" not in text
     assert "print(transformers.__version__)" in text  # only the assert goes: its install line is removed too
     assert "removed release asserts (1x)" in changes
+
+
+def test_reasoning_tags_a_model_lacks_start_as_text():
+    notebook = "reasoning_start = None\nreasoning_end = None\nfor token in tokenizer.get_added_vocab(): pass\n"
+    text, changes = nb.transform(notebook)
+    assert 'reasoning_start = "<think>"\nreasoning_end = "</think>"\n' in text
+    assert any("reasoning tags as text" in c for c in changes)
+    assert nb.transform(notebook, model="./deepseek-r1")[0] == notebook  # the notebook's own model keeps None
