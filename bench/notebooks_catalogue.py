@@ -86,8 +86,9 @@ def stopped_at(stderr: str, script: Path) -> tuple[str, str | None]:
     return (f"stops at `{own[-1][2]}`: {error}" if own else f"stops: {error}"), deepest
 
 
-def run_script(script: Path, cwd: Path, limit_s: float) -> tuple[int | None, str, float]:
-    """Run the rewritten script as a user does (Choices 4): (exit code or None when timed out, output, wall s)."""
+def run_script(script: Path, cwd: Path, limit_s: float) -> tuple[int | None, str, str, float]:
+    """Run the rewritten script as a user does (Choices 4): (exit code or None when timed out, stdout, stderr,
+    wall s)."""
     env = {k: v for k, v in os.environ.items() if k != "SLIMRL_NO_AUTO_PATCH"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p)
     env["HF_HUB_OFFLINE"] = "1"
@@ -103,7 +104,7 @@ def run_script(script: Path, cwd: Path, limit_s: float) -> tuple[int | None, str
             proc.wait()
             code = None
     wall_s = time.monotonic() - start
-    return code, out_path.read_text(errors="replace") + "\n" + err_path.read_text(errors="replace"), wall_s
+    return code, out_path.read_text(errors="replace"), err_path.read_text(errors="replace"), wall_s
 
 
 def catalogue_one(notebook: Path, datasets: Path, vllm: bool, limit_s: float) -> dict:
@@ -119,8 +120,7 @@ def catalogue_one(notebook: Path, datasets: Path, vllm: bool, limit_s: float) ->
         refused = rewrite(notebook, script, datasets, vllm)
         if refused:
             return row(notebook.name, mode, refused)
-        code, output, wall_s = run_script(script, cwd, limit_s)
-        stderr = (cwd / "stderr.txt").read_text(errors="replace")
+        code, stdout, stderr, wall_s = run_script(script, cwd, limit_s)
         last_frame = None
         if code == 0:
             outcome = "exits 0"
@@ -128,7 +128,7 @@ def catalogue_one(notebook: Path, datasets: Path, vllm: bool, limit_s: float) ->
             outcome = "timed out"
         else:
             outcome, last_frame = stopped_at(stderr, script)
-        trained = "'train_runtime'" in output
+        trained = "'train_runtime'" in stdout + stderr
         return row(notebook.name, mode, outcome, round(wall_s, 1), trained, last_frame=last_frame, tail=stderr[-3000:])
 
 

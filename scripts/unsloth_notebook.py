@@ -116,11 +116,11 @@ def cap_seq_length(text: str, cap: int, changes: list[str]) -> str:
         capped.extend([m.group(2)] if int(m.group(2)) > cap else [])
         return m.group(1) + str(min(int(m.group(2)), cap))
 
-    text = re.sub(r"^(\s*max_seq_length\s*=\s*)(\d+)", repl, text, flags=re.M)
-    changes.extend([f"max_seq_length capped at {cap} ({len(capped)}x)"] if capped else [])
-    capped.clear()  # a trainer's max_length above the model's max_seq_length is refused: it gets the same cap
-    text = re.sub(r"^(\s*max_length\s*=\s*)(\d+)", repl, text, flags=re.M)
-    changes.extend([f"max_length capped at {cap} ({len(capped)}x)"] if capped else [])
+    # a trainer's max_length above the model's max_seq_length is refused: it gets the same cap
+    for name in ("max_seq_length", "max_length"):
+        capped.clear()
+        text = re.sub(rf"^(\s*{name}\s*=\s*)(\d+)", repl, text, flags=re.M)
+        changes.extend([f"{name} capped at {cap} ({len(capped)}x)"] if capped else [])
     return text
 
 
